@@ -24,3 +24,28 @@ def shared_file(relpath):
   if not path.exists():
     pytest.skip(f"{path} not present")
   return path
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+  """(model, tokenizer) of the embedded SmolLM2-135M-Instruct, loaded once per test session."""
+  from compassplay_jax.models.gguf_io import embedded_gguf_path
+  try:
+    embedded_gguf_path()
+  except FileNotFoundError as e:
+    pytest.skip(str(e))
+  from compassplay_jax import load_model
+  return load_model("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def smollm2_torch():
+  """transformers' own load of the same GGUF file (needs torch and accelerate: test-only)."""
+  torch = pytest.importorskip("torch")
+  transformers = pytest.importorskip("transformers")
+  from compassplay_jax.models.gguf_io import embedded_gguf_path
+  path = embedded_gguf_path()
+  model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                            dtype=torch.float32).eval()
+  tokenizer = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+  return model, tokenizer

@@ -1,0 +1,194 @@
+"""A Flax NNX causal decoder for the Llama and Qwen2 families.
+
+Parameter names and layouts follow Hugging Face's (`model.layers.N.self_attn.q_proj` ...), with dense
+kernels stored as (d_in, d_out) so loading a checkpoint is transposes only (see hf_io.PARAM_MAP).
+The model is usable directly (`model(input_ids, attention_mask=mask)` -> logits) and as a pure function
+of its parameter pytree through `nnx.split` / `nnx.merge` (see `functional.py`).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from compassplay_jax.models import rope
+from compassplay_jax.models.config import ModelConfig
+from compassplay_jax.models.ops import DEFAULT_OPS, LayerOps
+
+_INIT_STD = 0.02  # transformers' default initializer_range
+
+
+class KVCache(NamedTuple):
+  """One layer's cache: keys and values of shape (B, S, num_kv_heads, head_dim)."""
+  k: jnp.ndarray
+  v: jnp.ndarray
+
+
+def _dtype(name: str):
+  return jnp.dtype(name)
+
+
+class Linear(nnx.Module):
+  """A dense layer with its kernel in (d_in, d_out) layout."""
+
+  def __init__(self, name: str, d_in: int, d_out: int, use_bias: bool, cfg: ModelConfig, rngs: nnx.Rngs):
+    self.name = name
+    param_dtype = _dtype(cfg.param_dtype)
+    self.kernel = nnx.Param(jax.random.normal(rngs.params(), (d_in, d_out), param_dtype) * _INIT_STD)
+    self.bias = nnx.Param(jnp.zeros((d_out,), param_dtype)) if use_bias else None
+
+  def __call__(self, x: jnp.ndarray, ops: LayerOps) -> jnp.ndarray:
+    bias = None if self.bias is None else self.bias[...].astype(x.dtype)
+    return ops.dense(self.name, x, self.kernel[...].astype(x.dtype), bias)
+
+
+class RMSNorm(nnx.Module):
+  """RMSNorm computed in float32 and cast back, as transformers' LlamaRMSNorm does."""
+
+  def __init__(self, name: str, dim: int, cfg: ModelConfig):
+    self.name = name
+    self.eps = cfg.rms_norm_eps
+    self.scale = nnx.Param(jnp.ones((dim,), _dtype(cfg.param_dtype)))
+
+  def __call__(self, x: jnp.ndarray, ops: LayerOps) -> jnp.ndarray:
+    x32 = x.astype(jnp.float32)
+    x_hat = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+    return ops.scale(self.name, x_hat.astype(x.dtype), self.scale[...].astype(x.dtype))
+
+
+class Attention(nnx.Module):
+  """Grouped-query attention (any heads/kv-heads ratio; MHA when equal) with RoPE and an optional cache."""
+
+  def __init__(self, name: str, cfg: ModelConfig, rngs: nnx.Rngs):
+    d, hd = cfg.hidden_size, cfg.head_dim
+    self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, hd
+    self.q_proj = Linear(f"{name}.q_proj", d, self.num_heads * hd, cfg.attention_bias, cfg, rngs)
+    self.k_proj = Linear(f"{name}.k_proj", d, self.num_kv_heads * hd, cfg.attention_bias, cfg, rngs)
+    self.v_proj = Linear(f"{name}.v_proj", d, self.num_kv_heads * hd, cfg.attention_bias, cfg, rngs)
+    self.o_proj = Linear(f"{name}.o_proj", self.num_heads * hd, d, False, cfg, rngs)
+
+  def __call__(self, x, cos, sin, allowed, ops, cache: KVCache | None = None, cache_index=None):
+    b, t, _ = x.shape
+    kv, hd = self.num_kv_heads, self.head_dim
+    groups = self.num_heads // kv
+    q = rope.apply_rope(self.q_proj(x, ops).reshape(b, t, self.num_heads, hd), cos, sin)
+    k = rope.apply_rope(self.k_proj(x, ops).reshape(b, t, kv, hd), cos, sin)
+    v = self.v_proj(x, ops).reshape(b, t, kv, hd)
+    new_cache = None
+    if cache is not None:
+      k_all = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), (0, cache_index, 0, 0))
+      v_all = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), (0, cache_index, 0, 0))
+      new_cache = KVCache(k_all, v_all)
+      k, v = k_all.astype(x.dtype), v_all.astype(x.dtype)
+    q = q.reshape(b, t, kv, groups, hd)
+    scores = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) * (hd ** -0.5)
+    scores = jnp.where(allowed[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(x.dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(b, t, self.num_heads * hd)
+    return self.o_proj(out, ops), new_cache
+
+
+class MLP(nnx.Module):
+  """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+  def __init__(self, name: str, cfg: ModelConfig, rngs: nnx.Rngs):
+    d, f = cfg.hidden_size, cfg.intermediate_size
+    self.gate_proj = Linear(f"{name}.gate_proj", d, f, cfg.mlp_bias, cfg, rngs)
+    self.up_proj = Linear(f"{name}.up_proj", d, f, cfg.mlp_bias, cfg, rngs)
+    self.down_proj = Linear(f"{name}.down_proj", f, d, cfg.mlp_bias, cfg, rngs)
+
+  def __call__(self, x, ops):
+    return self.down_proj(jax.nn.silu(self.gate_proj(x, ops)) * self.up_proj(x, ops), ops)
+
+
+class Block(nnx.Module):
+  """Pre-norm decoder layer."""
+
+  def __init__(self, index: int, cfg: ModelConfig, rngs: nnx.Rngs):
+    name = f"layers.{index}"
+    self.input_layernorm = RMSNorm(f"{name}.input_layernorm", cfg.hidden_size, cfg)
+    self.self_attn = Attention(f"{name}.self_attn", cfg, rngs)
+    self.post_attention_layernorm = RMSNorm(f"{name}.post_attention_layernorm", cfg.hidden_size, cfg)
+    self.mlp = MLP(f"{name}.mlp", cfg, rngs)
+
+  def __call__(self, x, cos, sin, allowed, ops, cache=None, cache_index=None):
+    attn, new_cache = self.self_attn(self.input_layernorm(x, ops), cos, sin, allowed, ops, cache, cache_index)
+    x = x + attn
+    x = x + self.mlp(self.post_attention_layernorm(x, ops), ops)
+    return x, new_cache
+
+
+def default_positions(attention_mask: jnp.ndarray) -> jnp.ndarray:
+  """Position ids for a left-padded batch: 0 at each row's first real token (as transformers does)."""
+  return jnp.maximum(jnp.cumsum(attention_mask.astype(jnp.int32), axis=-1) - 1, 0)
+
+
+class Decoder(nnx.Module):
+  """The causal LM: embeddings, `num_hidden_layers` blocks, final norm, (tied or untied) head."""
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    self.config = cfg
+    self.embed_tokens = nnx.Param(
+        jax.random.normal(rngs.params(), (cfg.vocab_size, cfg.hidden_size), _dtype(cfg.param_dtype)) * _INIT_STD)
+    self.layers = nnx.List([Block(i, cfg, rngs) for i in range(cfg.num_hidden_layers)])
+    self.norm = RMSNorm("norm", cfg.hidden_size, cfg)
+    self.lm_head = None if cfg.tie_word_embeddings else Linear(
+        "lm_head", cfg.hidden_size, cfg.vocab_size, False, cfg, rngs)
+
+  def __call__(self, input_ids, attention_mask=None, positions=None, *, ops: LayerOps = DEFAULT_OPS,
+               cache: list[KVCache] | None = None, cache_index=None, last_only: bool = False):
+    """Logits (B, T, V) in float32, or (logits, new_cache) when `cache` is given.
+
+    Without a cache, `attention_mask` (B, T) marks real tokens (left padding is 0) and attention is
+    causal over the T slots. With a cache (a list of per-layer KVCache of length S), the T new tokens
+    are written at slots [cache_index, cache_index + T) and `attention_mask` (B, S) marks the valid
+    slots of the whole cache, new ones included. `last_only` computes logits for the last slot only.
+    """
+    input_ids = jnp.asarray(input_ids)
+    b, t = input_ids.shape
+    dt = _dtype(self.config.dtype)
+    if attention_mask is None:
+      attention_mask = jnp.ones((b, t if cache is None else cache[0].k.shape[1]), jnp.int32)
+    attention_mask = jnp.asarray(attention_mask)
+    if positions is None:
+      if cache is not None:
+        raise ValueError("positions are required when decoding with a cache")
+      positions = default_positions(attention_mask)
+    start = 0 if cache is None else cache_index
+    query_slots = start + jnp.arange(t)
+    key_slots = jnp.arange(attention_mask.shape[1])
+    allowed = (key_slots[None, :] <= query_slots[:, None])[None] & (attention_mask[:, None, :] > 0)
+
+    cos, sin = rope.rope_cos_sin(self.config, positions, dt)
+    x = ops.embed("embed_tokens", input_ids, self.embed_tokens[...]).astype(dt)
+    new_cache = []
+    for i, block in enumerate(self.layers):
+      layer_cache = None if cache is None else cache[i]
+      if self.config.remat:
+        x, layer_new = nnx.remat(lambda blk, x_, c_: blk(x_, cos, sin, allowed, ops, c_, cache_index))(
+            block, x, layer_cache)
+      else:
+        x, layer_new = block(x, cos, sin, allowed, ops, layer_cache, cache_index)
+      new_cache.append(layer_new)
+    if last_only:
+      x = x[:, -1:]
+    h = self.norm(x, ops)
+    if self.lm_head is None:
+      logits = ops.unembed("embed_tokens", h, self.embed_tokens[...].astype(dt))
+    else:
+      logits = self.lm_head(h, ops)
+    logits = logits.astype(jnp.float32)
+    return logits if cache is None else (logits, new_cache)
+
+  def init_cache(self, batch_size: int, max_len: int, dtype=None) -> list[KVCache]:
+    cfg = self.config
+    shape = (batch_size, max_len, cfg.num_key_value_heads, cfg.head_dim)
+    dtype = dtype or _dtype(cfg.dtype)
+    return [KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)) for _ in range(cfg.num_hidden_layers)]
+
+
+def init_decoder(cfg: ModelConfig, seed: int = 0) -> Decoder:
+  """A randomly initialised decoder (tests, the `tiny` configs)."""
+  return Decoder(cfg, rngs=nnx.Rngs(params=seed))

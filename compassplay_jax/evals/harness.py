@@ -1,0 +1,180 @@
+"""The evaluation library call: prompts -> batched greedy generation -> checking -> report.
+
+The training loop loads the benchmarks once and calls `evaluate` every N steps:
+
+  items = load_items(config.eval)
+  summary = evaluate(generate_fn, tokenizer, items, eval_config=config.eval, step=step,
+                     workdir=config.workdir)
+"""
+from typing import Callable, Sequence
+
+import ml_collections
+import tqdm
+
+from compassplay_jax.evals import benchmarks as benchmarks_lib
+from compassplay_jax.evals import code_check
+from compassplay_jax.evals import prompts
+from compassplay_jax.evals import report
+from compassplay_jax.evals.math_check import MathChecker
+
+GenerateFn = Callable[[list[str]], list[str]]
+
+# AZR's in-training validation set (notes §6.1); pass "all" or a list for the others.
+DEFAULT_BENCHMARKS = "cruxeval_i,cruxeval_o,livecodebench"
+
+
+def default_eval_config() -> ml_collections.ConfigDict:
+  """The `eval` block that config files embed; docs/evaluation.md describes every field."""
+  cfg = ml_collections.ConfigDict()
+  cfg.benchmarks = DEFAULT_BENCHMARKS  # Comma string or list; "all" = every registered benchmark.
+  cfg.data_dir = "../shared/data"  # Relative paths are relative to the repository root.
+  cfg.paths = ""  # Per-benchmark file overrides: "math500=/x/test.jsonl,gsm8k=/y.jsonl".
+  cfg.limit = 0  # Items per benchmark; 0 = all.
+  cfg.seed = 0  # Seeds the per-benchmark subsample when limit > 0.
+  cfg.max_new_tokens = 8096  # AZR's validation response length; used by the generate_fn builder.
+  cfg.batch_size = 32
+  cfg.prompt_style = "azr"  # "azr" | "azr_boxed" | "azr_think" | "chat" (see evals/prompts.py).
+  cfg.workdir = ""  # Outputs go to <workdir>/eval/step_<N>/; "" = the run's workdir, or nothing written.
+  cfg.every_steps = 10  # How often the training loop evaluates (AZR: test_freq=10).
+  cfg.math_timeout_s = 3.0  # Per item, as AZR's pebble timeout.
+  cfg.code_timeout_s = 10.0  # Per CRUXEval job (AZR's executor timeout).
+  cfg.lcb_timeout_s = 6.0  # Per LiveCodeBench test.
+  cfg.num_workers = 0  # Checker processes; 0 = automatic.
+  cfg.progress = True
+  return cfg
+
+
+def _with_defaults(eval_config) -> ml_collections.ConfigDict:
+  """A copy of eval_config (ConfigDict or dict) with missing fields filled from the defaults."""
+  merged = default_eval_config().to_dict()
+  for key, value in (dict(eval_config) if eval_config is not None else {}).items():
+    if key not in merged:
+      raise ValueError(f"config.eval: unknown key {key!r} (known: {', '.join(merged)})")
+    merged[key] = value
+  return ml_collections.ConfigDict(merged)
+
+
+def _path_overrides(paths: str) -> dict[str, str]:
+  overrides = {}
+  for entry in filter(None, (p.strip() for p in (paths or "").split(","))):
+    name, sep, path = entry.partition("=")
+    if not sep or name.strip() not in benchmarks_lib.BENCHMARKS:
+      raise ValueError(f"config.eval.paths: bad entry {entry!r} (want name=path with a known name)")
+    overrides[name.strip()] = path.strip()
+  return overrides
+
+
+def load_items(eval_config=None, names=None) -> dict[str, list[benchmarks_lib.EvalItem]]:
+  """Loads (and subsamples) every benchmark named in `names` or eval_config.benchmarks."""
+  cfg = _with_defaults(eval_config)
+  overrides = _path_overrides(cfg.paths)
+  names = benchmarks_lib.parse_benchmark_names(names if names is not None else cfg.benchmarks)
+  return {name: benchmarks_lib.load_benchmark(name, cfg.data_dir, overrides.get(name), cfg.limit, cfg.seed)
+          for name in names}
+
+
+def generate_all(generate_fn: GenerateFn, prompt_texts: Sequence[str], batch_size: int,
+                 progress: bool = True) -> list[str]:
+  """Runs generate_fn over batches of similar-length prompts (less padding); returns in input order."""
+  order = sorted(range(len(prompt_texts)), key=lambda i: len(prompt_texts[i]))
+  completions = [""] * len(prompt_texts)
+  batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+  for batch in tqdm.tqdm(batches, desc="eval generate", unit="batch", disable=not progress):
+    outputs = generate_fn([prompt_texts[i] for i in batch])
+    if len(outputs) != len(batch):
+      raise ValueError(f"harness.py: generate_fn returned {len(outputs)} completions for {len(batch)} prompts")
+    for i, text in zip(batch, outputs):
+      completions[i] = text
+  return completions
+
+
+def _extract(item, completion: str, style: str) -> str:
+  if item.kind in ("cruxeval_o", "cruxeval_i"):
+    return prompts.extract_cruxeval(completion, item.kind, style)
+  if item.kind == "lcb":
+    return prompts.extract_program(completion)
+  return prompts.extract_math_answer(completion)
+
+
+def _gold(item) -> str:
+  return {"cruxeval_o": item.output, "cruxeval_i": item.output, "lcb": "", "math": item.answer}[item.kind]
+
+
+def check_answers(items_by_benchmark, answers_by_benchmark, cfg, sandbox_pool=None, math_checker=None):
+  """{name: [(correct, detail)]} for extracted answers; opens the sandbox/math pools it needs."""
+  cfg = _with_defaults(cfg)
+  workers = cfg.num_workers or None
+  kinds = {items[0].kind for items in items_by_benchmark.values() if items}
+  own_pool = own_checker = None
+  if sandbox_pool is None and kinds & {"cruxeval_o", "cruxeval_i", "lcb"}:
+    from compassplay_jax.verifiers.sandbox import SandboxPool  # pylint: disable=g-import-not-at-top
+    sandbox_pool = own_pool = SandboxPool(num_workers=workers).__enter__()
+  if math_checker is None and "math" in kinds:
+    math_checker = own_checker = MathChecker(num_workers=workers, timeout_s=cfg.math_timeout_s)
+  try:
+    verdicts = {}
+    for name, items in items_by_benchmark.items():
+      answers = answers_by_benchmark[name]
+      if not items:
+        verdicts[name] = []
+      elif items[0].kind == "lcb":
+        verdicts[name] = [(v.correct, v.detail) for v in
+                          code_check.check_livecodebench(items, answers, sandbox_pool, cfg.lcb_timeout_s)]
+      elif items[0].kind == "math":
+        results = math_checker.verdicts([(item.answer, answer) for item, answer in zip(items, answers)])
+        verdicts[name] = [(v == "correct", v) for v in results]
+      else:
+        verdicts[name] = [(v.correct, v.detail) for v in
+                          code_check.check_cruxeval(items, answers, sandbox_pool, cfg.code_timeout_s)]
+    return verdicts
+  finally:
+    if own_pool is not None:
+      own_pool.__exit__(None, None, None)
+    if own_checker is not None:
+      own_checker.close()
+
+
+def evaluate(generate_fn: GenerateFn, tokenizer, benchmarks=None, *, eval_config=None, step: int = 0,
+             workdir=None, sandbox_pool=None, math_checker=None) -> dict:
+  """Evaluates a policy on the benchmarks; returns the summary and writes outputs when a workdir is set.
+
+  Args:
+    generate_fn: prompts -> completions (greedy), e.g. built from the sampler.
+    tokenizer: used only by prompt_style "chat" (its chat template); may be None otherwise.
+    benchmarks: names (comma string or list), or {name: [EvalItem]} from `load_items` (loaded once by the
+      training loop); None = eval_config.benchmarks.
+    eval_config: the config.eval ConfigDict (missing fields take `default_eval_config()` values).
+    step: training step, names the output folder <workdir>/eval/step_<step>/.
+    workdir: overrides eval_config.workdir; no outputs are written when both are empty.
+    sandbox_pool, math_checker: open pools to reuse across calls; by default each call opens its own.
+
+  Returns:
+    The results.json dict: per-benchmark accuracy, in_domain_mean, out_of_domain_mean, and "out_dir".
+  """
+  cfg = _with_defaults(eval_config)
+  items_by_benchmark = benchmarks if isinstance(benchmarks, dict) else load_items(cfg, benchmarks)
+  flat = [item for items in items_by_benchmark.values() for item in items]
+  prompt_texts = [prompts.build_prompt(item, cfg.prompt_style, tokenizer) for item in flat]
+  completions = generate_all(generate_fn, prompt_texts, max(1, int(cfg.batch_size)), cfg.progress)
+
+  answers, offset = {}, 0
+  for name, items in items_by_benchmark.items():
+    answers[name] = [_extract(item, completions[offset + k], cfg.prompt_style) for k, item in enumerate(items)]
+    offset += len(items)
+  verdicts = check_answers(items_by_benchmark, answers, cfg, sandbox_pool, math_checker)
+
+  predictions, offset = [], 0
+  for name, items in items_by_benchmark.items():
+    for k, item in enumerate(items):
+      correct, detail = verdicts[name][k]
+      predictions.append({
+          "benchmark": name, "id": item.item_id, "correct": bool(correct), "detail": detail,
+          "extracted": answers[name][k], "gold": _gold(item), "prompt": prompt_texts[offset + k],
+          "completion": completions[offset + k]})
+    offset += len(items)
+  summary = report.summarize({name: [c for c, _ in v] for name, v in verdicts.items()}, step)
+  out_root = workdir or cfg.workdir
+  if out_root:
+    out_dir = report.write_step_results(report.step_dir(out_root, step), summary, predictions)
+    summary["out_dir"] = str(out_dir)
+  return summary

@@ -66,8 +66,9 @@ def _directives(cmd):
 
 
 def _code(cmd):
-  """The command without `--` comments, same length so positions still match."""
-  return re.sub(r"--[^\n]*", lambda m: " " * len(m.group(0)), cmd)
+  """The command without comments, same length so positions still match."""
+  blank = lambda m: re.sub(r"[^\n]", " ", m.group(0))
+  return re.sub(r"--[^\n]*", blank, re.sub(r"/-.*?-/", blank, cmd, flags=re.S))
 
 
 def _answer(cmd, env_id, args):

@@ -108,7 +108,7 @@ class LeanReplPool:
       if result.status == ANSWERED:  # The header ran; now the body.
         result = proc.check(body, self.timeout_s)
       self._release(proc, keep=result.status == ANSWERED and self._reusable(proc))
-      if result.status != CRASH or attempt == self.crash_retries:
+      if result.status != CRASH or attempt == self.crash_retries or self._closed:
         return result
     return result
 

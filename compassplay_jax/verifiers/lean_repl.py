@@ -273,7 +273,7 @@ class LeanReplProcess:
       pass
     tail = self.stderr_tail()
     code = self._proc.returncode
-    if any(marker in tail for marker in _OOM_MARKERS) or code == -signal.SIGKILL:
+    if any(marker in tail for marker in _OOM_MARKERS):
       return MEMORY_LIMIT, None, f"process ran out of memory (exit {code}): {tail}"
     return CRASH, None, f"REPL process exited with code {code}: {tail}"
 

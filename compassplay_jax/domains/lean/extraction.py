@@ -96,13 +96,16 @@ def rename_theorem(statement: str, new_name: str) -> str:
 
 
 def statement_signature(statement: str) -> str:
-  """The binders and type of a statement: no comments, header, keyword, name or `:= by`."""
+  """The binders and type of a statement: no comments, header, keyword, name or proof."""
   text = strip_lean_comments(statement)
   text = split_header(text)[1]
   match = _DECL_NAME.match(text)
   if match:
     text = text[match.end():]
-  text = re.sub(r"\s*:=\s*(?:by)?\s*(?:sorry)?\s*$", "", text.rstrip())
+  proof = _PROOF_START.search(text)
+  if proof:  # Anything after the first `:= by` is proof, not statement.
+    text = text[:proof.start()]
+  text = re.sub(r"\s*:=\s*(?:sorry)?\s*$", "", text.rstrip())
   return text.strip()
 
 

@@ -20,6 +20,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.11",
     packages=find_packages(include=["compassplay_jax", "compassplay_jax.*"]),
+    package_data={"compassplay_jax": ["data/*.jsonl", "data/*.md"]},
     install_requires=_requirements("requirements.txt"),
     extras_require={"test": _requirements("requirements-test.txt")},
 )

@@ -1,0 +1,1 @@
+"""The self-play loops (coding and Lean) and the pieces they share."""

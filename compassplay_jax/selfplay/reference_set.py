@@ -1,0 +1,68 @@
+"""The external reference set of the coding setting: gold solutions of MATH-train problems.
+
+The reference gradient g_ref is the gradient of the mean token cross-entropy of these solutions
+(given their problem as the prompt) at the current parameters. The proposer never sees them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.resources
+import json
+import pathlib
+import random
+
+BUILTIN_PREFIX = "builtin:"
+
+
+class ReferenceSetError(ValueError):
+  """A reference file that cannot supply problems with gold solutions."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceProblem:
+  problem: str
+  solution: str
+
+
+def _builtin_path(name: str) -> pathlib.Path:
+  path = importlib.resources.files("compassplay_jax") / "data" / f"{name}.jsonl"
+  if not path.is_file():
+    raise ReferenceSetError(f"{BUILTIN_PREFIX}{name}: no such built-in reference set (known: builtin:math_mini)")
+  return pathlib.Path(str(path))
+
+
+def resolve_path(path: str) -> pathlib.Path:
+  """A config path: builtin:NAME, absolute, relative to the working directory, or to the repo root."""
+  if path.startswith(BUILTIN_PREFIX):
+    return _builtin_path(path[len(BUILTIN_PREFIX):])
+  candidate = pathlib.Path(path)
+  if candidate.is_absolute() or candidate.exists():
+    return candidate
+  repo_root = pathlib.Path(__file__).resolve().parents[2]
+  return repo_root / path
+
+
+def load_reference_set(path: str, size: int, seed: int) -> list[ReferenceProblem]:
+  """`size` problems drawn by `seed` from a jsonl file with "problem" and "solution" per line."""
+  resolved = resolve_path(path)
+  if not resolved.is_file():
+    raise ReferenceSetError(f"{path}: reference file not found")
+  problems = []
+  for line_no, line in enumerate(resolved.read_text().splitlines(), start=1):
+    if not line.strip():
+      continue
+    try:
+      record = json.loads(line)
+    except json.JSONDecodeError as e:
+      raise ReferenceSetError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
+    problem, solution = record.get("problem"), record.get("solution")
+    if not isinstance(problem, str) or not problem.strip():
+      raise ReferenceSetError(f"{path}:{line_no}: no problem text (key 'problem')")
+    if not isinstance(solution, str) or not solution.strip():
+      raise ReferenceSetError(f"{path}:{line_no}: no gold solution (key 'solution')")
+    problems.append(ReferenceProblem(problem, solution))
+  if not problems:
+    raise ReferenceSetError(f"{path}: no problems with gold solutions")
+  if size > len(problems):
+    raise ReferenceSetError(f"{path}: asked for {size} reference problems, the file has {len(problems)}")
+  return random.Random(seed).sample(problems, size)

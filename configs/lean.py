@@ -1,0 +1,78 @@
+"""Lean 4 conjecture-and-prove self-play (SGS-style), reward cos x (1 - token-Jaccard(conjecture, seed)).
+
+  python -m compassplay_jax.main --config=configs/lean.py             # the paper: DeepSeek-Prover-V2-7B
+  python -m compassplay_jax.main --config=configs/lean.py:demo        # SmolLM2-135M on CPU (needs a Lean REPL)
+  python -m compassplay_jax.main --config=configs/lean.py:tiny        # random tiny model (tests, stand-in REPL)
+
+Lean and Mathlib must be installed by the user (docs/lean.md); without them the run stops at
+start-up with the setup instruction. Values marked SGS come from ../shared/notes/lean-selfplay-and-checking.md
+(§1.3 hyper-parameter table, cited by section); values marked paper from CompassPlay's design card.
+"""
+from compassplay_jax import config_base
+
+
+def get_config(arg: str = ""):
+  variant = arg or "paper"
+  config = config_base.base_config("lean", variant)
+
+  config.model.path = ""  # A Hugging Face directory of DeepSeek-Prover-V2-7B (never downloaded).
+  config.model.dtype = "bfloat16"  # SGS: bf16 (§1.3)
+  config.model.param_dtype = "float32"
+  config.model.remat = True
+  config.steps = 200  # SGS paper reports ~200 iterations (§1.3)
+
+  l = config.lean
+  l.targets_path = "../shared/data/leanworkbook/leanworkbook_train_1k.jsonl"  # stand-in for SGS's D3k (§1.2)
+  l.targets_per_iteration = 0  # SGS: the full batch of unsolved targets every iteration (§1.3)
+  l.proofs_per_problem = 8  # SGS: k = 8 for targets and conjectures (§1.3)
+  l.solver_band_max = 0.5  # SGS: REINFORCE-1/2, problems with 0 < s <= 0.5 (§1.3)
+  l.num_workers = 8
+  l.timeout_s = 60.0
+
+  s = config.sampling
+  s.temperature = 1.0  # SGS: temperature 1.0, top_p 1.0 (§1.3)
+  s.top_p = 1.0
+  s.max_new_tokens = 8192  # SGS: max_tokens 8192 (§1.3)
+  s.max_prompt_tokens = 2048
+
+  r = config.reward
+  r.name = "compassplay_cos_novelty"  # paper: cos x (1 - J(conjecture, seed)) with the local reference
+
+  t = config.train
+  t.learning_rate = 3e-6  # SGS: lr 3e-6, constant (§1.3)
+  t.b2 = 0.95  # SGS: Adam beta2 0.95 (§1.3)
+  t.weight_decay = 0.0  # SGS uses Adam (no decay)
+  t.grad_clip = 1.0  # SGS (§1.3)
+  t.micro_batch_size = 8
+
+  config.checkpoint.every_steps = 5
+
+  if variant == "demo":
+    config.model.path = "smollm2-135m"
+    config.model.dtype = "float32"
+    config.model.remat = False
+    config.steps = 3
+    l.targets_path = "../shared/data/minif2f/minif2f.jsonl"
+    l.targets_limit = 8
+    l.proofs_per_problem = 2
+    l.num_workers = 2
+    s.max_new_tokens = 256
+    config.train.learning_rate = 1e-5
+    config.checkpoint.every_steps = 1
+  elif variant == "tiny":
+    config.model.path = "tiny"
+    config.model.dtype = "float32"
+    config.model.remat = False
+    config.steps = 2
+    l.targets_path = ""  # tests pass a small target file
+    l.targets_limit = 4
+    l.proofs_per_problem = 2
+    l.num_workers = 2
+    l.timeout_s = 10.0
+    s.max_new_tokens = 24
+    s.max_prompt_tokens = 512
+    config.train.learning_rate = 1e-3
+    config.checkpoint.every_steps = 1
+  elif variant != "paper":
+    raise ValueError(f"configs/lean.py: unknown variant {variant!r} (known: paper, demo, tiny)")
+  return config

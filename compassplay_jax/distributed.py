@@ -1,0 +1,183 @@
+"""Multi-host runs: jax.distributed initialisation, each host's share of a batch, process-0 writes.
+
+Every process runs the same program (SPMD). Call `initialize()` first, before anything touches a JAX
+device; then `sharding.make_mesh()` spans the devices of all processes. Each process loads only the
+batch rows `process_rows` names and `global_batch` assembles the global array. Collectives (fetching
+metrics) run on every process; only process 0 writes files.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+from typing import Any, Callable, Mapping
+
+import jax
+import numpy as np
+
+ENV_PREFIX = "COMPASSPLAY_"
+
+
+class DistributedError(ValueError):
+  """A distributed configuration that cannot be used."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributedConfig:
+  """How to join a multi-process run. All None (the default) means a single process.
+
+  auto=True lets jax.distributed.initialize() detect the cluster itself (Cloud TPU pods, SLURM,
+  Open MPI, Kubernetes); otherwise coordinator_address, num_processes and process_id are explicit.
+  """
+  coordinator_address: str | None = None  # "host:port" of process 0
+  num_processes: int | None = None
+  process_id: int | None = None
+  local_device_ids: tuple[int, ...] | None = None  # GPUs this process drives (one process per GPU)
+  initialization_timeout: int = 300
+  auto: bool = False
+
+  @classmethod
+  def from_env(cls, environ: Mapping[str, str] | None = None) -> "DistributedConfig":
+    """From COMPASSPLAY_COORDINATOR_ADDRESS, _NUM_PROCESSES, _PROCESS_ID, _LOCAL_DEVICE_IDS ("0,1"),
+    _DISTRIBUTED_TIMEOUT, and COMPASSPLAY_DISTRIBUTED=auto."""
+    env = os.environ if environ is None else environ
+
+    def get(name, convert=str):
+      raw = env.get(ENV_PREFIX + name)
+      if raw in (None, ""):
+        return None
+      try:
+        return convert(raw)
+      except ValueError:
+        raise DistributedError(f"{ENV_PREFIX}{name}={raw!r} is not valid") from None
+
+    mode = (get("DISTRIBUTED") or "").lower()
+    if mode not in ("", "auto", "off"):
+      raise DistributedError(f"{ENV_PREFIX}DISTRIBUTED={mode!r} is not valid (use 'auto' or 'off')")
+    ids = get("LOCAL_DEVICE_IDS", lambda s: tuple(int(v) for v in s.split(",")))
+    return cls(coordinator_address=get("COORDINATOR_ADDRESS"), num_processes=get("NUM_PROCESSES", int),
+               process_id=get("PROCESS_ID", int), local_device_ids=ids,
+               initialization_timeout=get("DISTRIBUTED_TIMEOUT", int) or 300, auto=mode == "auto")
+
+  @property
+  def enabled(self) -> bool:
+    return self.auto or self.coordinator_address is not None
+
+  def validate(self) -> None:
+    if self.auto or not self.enabled:
+      return
+    if self.num_processes is None or self.process_id is None:
+      raise DistributedError(f"coordinator_address={self.coordinator_address!r} needs num_processes and process_id")
+    if not 0 <= self.process_id < self.num_processes:
+      raise DistributedError(f"process_id={self.process_id} is outside [0, {self.num_processes})")
+
+
+def initialize(config: DistributedConfig | Mapping[str, Any] | None = None) -> bool:
+  """Joins the multi-process run that `config` (default: the environment) describes.
+
+  Returns True when jax.distributed was initialised, False for a single process. Idempotent.
+  """
+  if config is None:
+    config = DistributedConfig.from_env()
+  elif isinstance(config, Mapping):
+    config = DistributedConfig(**config)
+  config.validate()
+  if not config.enabled:
+    return False
+  if jax.distributed.is_initialized():
+    return True
+  kwargs = {"initialization_timeout": config.initialization_timeout}
+  if not config.auto:
+    kwargs.update(coordinator_address=config.coordinator_address, num_processes=config.num_processes,
+                  process_id=config.process_id)
+    if config.local_device_ids is not None:
+      kwargs["local_device_ids"] = list(config.local_device_ids)
+  jax.distributed.initialize(**kwargs)
+  return True
+
+
+def is_main_process() -> bool:
+  return jax.process_index() == 0
+
+
+def main_process_only(fn: Callable) -> Callable:
+  """Decorator: runs `fn` on process 0, returns None on the others (never put collectives inside)."""
+  def wrapper(*args, **kwargs):
+    return fn(*args, **kwargs) if is_main_process() else None
+  wrapper.__name__, wrapper.__doc__ = fn.__name__, fn.__doc__
+  return wrapper
+
+
+# ---- batches --------------------------------------------------------------------------------------
+
+def process_rows(global_batch_size: int, mesh, process_index: int | None = None) -> np.ndarray:
+  """Indices of the global batch rows whose data this process's devices hold (what it must load)."""
+  from compassplay_jax import sharding as sharding_lib
+  if global_batch_size % sharding_lib.batch_divisor(mesh):
+    raise DistributedError(f"global batch {global_batch_size} is not divisible by data*fsdp="
+                           f"{sharding_lib.batch_divisor(mesh)}")
+  process_index = jax.process_index() if process_index is None else process_index
+  index_map = sharding_lib.batch_sharding(mesh, 1).devices_indices_map((global_batch_size,))
+  rows = set()
+  for device, (index,) in index_map.items():
+    if device.process_index == process_index:
+      rows.update(range(*index.indices(global_batch_size)))
+  return np.array(sorted(rows), dtype=np.int64)
+
+
+def global_batch(local_batch, mesh, global_batch_size: int):
+  """Global arrays, batch dim over (data, fsdp), from this process's rows (`process_rows` order)."""
+  from compassplay_jax import sharding as sharding_lib
+
+  def one(x):
+    x = np.asarray(x)
+    shape = (global_batch_size,) + x.shape[1:]
+    return jax.make_array_from_process_local_data(sharding_lib.batch_sharding(mesh, x.ndim), x, shape)
+  return jax.tree.map(one, local_batch)
+
+
+# ---- metrics and files ----------------------------------------------------------------------------
+
+def to_host(x) -> np.ndarray:
+  """A global array's full value on every process (collective when it is sharded across hosts)."""
+  if not isinstance(x, jax.Array) or x.is_fully_addressable:
+    return np.asarray(x)
+  if x.is_fully_replicated:
+    return np.asarray(x.addressable_data(0))
+  from jax.experimental import multihost_utils
+  return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def write_text(path: str | pathlib.Path, text: str) -> bool:
+  """Writes `text` atomically on process 0 only; True where written."""
+  if not is_main_process():
+    return False
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  tmp = path.with_name(path.name + ".tmp")
+  tmp.write_text(text)
+  tmp.replace(path)
+  return True
+
+
+def write_json(path: str | pathlib.Path, obj: Any) -> bool:
+  return write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def log_metrics(path: str | pathlib.Path, step: int, metrics: Mapping[str, Any]) -> dict[str, Any] | None:
+  """Appends one JSON line {step, metric: value} on process 0. Call on every process (it may gather).
+
+  Returns the record on process 0, None elsewhere.
+  """
+  record = {"step": int(step)}
+  for name, value in metrics.items():
+    host = to_host(value)
+    record[name] = host.item() if host.ndim == 0 else host.tolist()
+  if not is_main_process():
+    return None
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  with open(path, "a") as f:
+    f.write(json.dumps(record) + "\n")
+  return record

@@ -50,10 +50,17 @@ class SandboxLimits:
 
 @dataclasses.dataclass(frozen=True)
 class Job:
+  """code runs as a fresh script in an empty temp dir; repr(eval(expr)) is returned.
+
+  prelude: trusted setup code run first in the same namespace; each worker
+  compiles a given prelude once, so large shared helpers cost nothing per job.
+  A failure inside it is reported like any program error.
+  """
   code: str
   expr: Optional[str] = None
   stdin: str = ""
   timeout_s: Optional[float] = None
+  prelude: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +109,8 @@ def _check_job(job):
     raise TypeError(f"Job.code must be str, got {type(job.code).__name__}")
   if job.expr is not None and not isinstance(job.expr, str):
     raise TypeError(f"Job.expr must be str or None, got {type(job.expr).__name__}")
+  if not isinstance(job.prelude, str):
+    raise TypeError(f"Job.prelude must be str, got {type(job.prelude).__name__}")
   if not isinstance(job.stdin, str):
     raise TypeError(f"Job.stdin must be str, got {type(job.stdin).__name__}")
   if job.timeout_s is not None and not job.timeout_s > 0:
@@ -298,7 +307,8 @@ class SandboxPool:
   def _run_one(self, handle, job):
     timeout = job.timeout_s or self.limits.timeout_s
     start = time.monotonic()
-    message = {"code": job.code, "expr": job.expr, "stdin": job.stdin, "timeout_s": timeout}
+    message = {"code": job.code, "expr": job.expr, "stdin": job.stdin, "timeout_s": timeout,
+               "prelude": job.prelude}
     try:
       handle.send(message)
     except OSError as e:

@@ -78,7 +78,7 @@ def _socket_guard(event, args):
     raise PermissionError(f"network access is disabled in the sandbox ({event})")
 
 
-def _execute(job, limits):
+def _execute(job, limits, prelude):
   """Runs the program and its expression; returns the result dict (never raises)."""
   repr_, type_, str_, len_ = builtins.repr, builtins.type, builtins.str, builtins.len
   memory_error, base_exception = MemoryError, BaseException
@@ -86,6 +86,8 @@ def _execute(job, limits):
             "error_message": None}
   namespace = {"__name__": "__main__", "__builtins__": builtins}
   try:
+    if prelude is not None:
+      exec(prelude, namespace)  # pylint: disable=exec-used
     exec(compile(job["code"], "<program>", "exec"), namespace)  # pylint: disable=exec-used
     if job.get("expr") is not None:
       value = eval(compile(job["expr"], "<expr>", "eval"), namespace)  # pylint: disable=eval-used
@@ -110,7 +112,7 @@ def _execute(job, limits):
   return result
 
 
-def _job_process(job, limits, flags, fds, job_dir):
+def _job_process(job, limits, flags, fds, job_dir, prelude):
   """Never returns. Runs as PID 1 of a fresh namespace (or a setsid child)."""
   try:
     os.setsid()
@@ -145,7 +147,7 @@ def _job_process(job, limits, flags, fds, job_dir):
   sys.stdin = open(0, "r", closefd=False)
   sys.stdout = open(1, "w", closefd=False)
   sys.stderr = open(2, "w", closefd=False)
-  result = _execute(job, limits)
+  result = _execute(job, limits, prelude)
   write, dumps, exit_ = os.write, json.dumps, os._exit
   for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
     try:
@@ -173,11 +175,24 @@ class Worker:
     self.root = os.path.join(tempfile.gettempdir(), f"cp_sandbox_{os.getpid()}")
     self.report, self.flags = iso.setup_worker_isolation(
         config["network"], config["hidden_paths"], self.root)
+    self._preludes = {}
     for name in PRELOAD:
       try:
         __import__(name)
       except ImportError:
         pass
+
+  def _prelude_code(self, job):
+    """Trusted setup code, compiled once per worker (compile only; it runs in the child)."""
+    source = job.get("prelude") or ""
+    if not source:
+      return None
+    code = self._preludes.get(source)
+    if code is None:
+      if len(self._preludes) >= 8:
+        self._preludes.clear()
+      code = self._preludes[source] = compile(source, "<prelude>", "exec")
+    return code
 
   def run(self, job):
     limits = dict(self.limits, **(job.get("limits") or {}))
@@ -236,7 +251,7 @@ class Worker:
     job_pid = os.fork()
     if job_pid == 0:
       os.close(ctl_w)
-      _job_process(job, limits, self.flags, fds, job_dir)
+      _job_process(job, limits, self.flags, fds, job_dir, self._prelude_code(job))
     for fd in fds.values():
       os.close(fd)
     os.write(ctl_w, str(job_pid).encode())

@@ -1,0 +1,118 @@
+"""Judging solver answers: every value is computed in the sandbox, compared here as text.
+
+Which answers are correct:
+- deduction: the predicted output, a plain value expression (literals,
+  arithmetic, comprehensions, a few pure builtins; no names of the program, so
+  "f(...)" is not an answer), equals the gold output value (AZR's
+  eval(gold) == eval(answer) for builtin data types: 1 == 1.0 == True, dict and
+  set order ignored).
+- abduction: the proposed argument list (same expression rules, plus plain-data
+  globals of the program) makes f return a value equal to the gold output; it
+  need not equal the proposer's input.
+- induction: the solver's program (with the task's import lines prepended, as
+  in AZR) returns, for every hidden input, a value equal to the hidden output.
+
+Equality is decided by comparing canonical texts produced by trusted code in
+the sandbox (`sandbox_prelude._cp_canon`). The sandbox never sees the gold
+value while it runs an answer, objects of non-builtin types (always-equal
+__eq__, str subclasses, ...) never have a canonical text, and a gold output
+that is not a plain value (e.g. a truncated repr) matches nothing.
+"""
+import json
+from typing import List, Sequence, Tuple
+
+from compassplay_jax.domains.coding import jobs
+from compassplay_jax.domains.coding import parsing
+from compassplay_jax.domains.coding import tasks
+
+_FAILED = "!"  # Canonical texts never start with "!"; failures always do.
+
+
+def _json_list(result, expected_len):
+  if not result.ok or result.value_text is None:
+    return [_FAILED + (result.error_type or result.status)] * expected_len
+  try:
+    values = json.loads(result.value_text)
+  except ValueError:
+    values = None
+  if not isinstance(values, list) or len(values) != expected_len or not all(
+      isinstance(v, str) for v in values):
+    return [_FAILED + "Malformed"] * expected_len
+  return values
+
+
+def _gold_texts(task: tasks.CodingTask) -> List[str]:
+  if task.type == tasks.INDUCTION:
+    return [o for _, o in task.hidden_pairs]
+  return [task.output]
+
+
+def _answer_job(task: tasks.CodingTask, answer: str):
+  if task.type == tasks.DEDUCTION:
+    return jobs.canon_values_job([answer]), 1
+  if task.type == tasks.ABDUCTION:
+    return jobs.canon_call_job(task.program, answer), 1
+  hidden = [i for i, _ in task.hidden_pairs]
+  program = "\n".join(task.imports + (answer,))
+  return jobs.canon_calls_job(program, hidden), len(hidden)
+
+
+def check_answers(pool, task: tasks.CodingTask, answers: Sequence[str]) -> List[bool]:
+  """Per-answer correctness for already-extracted answer texts, in one pool batch.
+
+  Answers are what `parsing.parse_solver_output/input/program` return; None
+  (unparsable) is wrong. Identical answers share one sandbox run.
+  """
+  return check_many(pool, [(task, answers)])[0]
+
+
+def check_many(pool, items: Sequence[Tuple[tasks.CodingTask, Sequence[str]]]) -> List[List[bool]]:
+  """check_answers for many (task, answers) pairs in a single pool batch."""
+  batch, plan = [], []
+  for task, answers in items:
+    gold_texts = _gold_texts(task)
+    unique = sorted({a for a in answers if isinstance(a, str)})
+    entry = {"gold": (len(batch), len(gold_texts)), "answers": {}}
+    batch.append(jobs.canon_values_job(gold_texts))
+    for answer in unique:
+      job, size = _answer_job(task, answer)
+      entry["answers"][answer] = (len(batch), size)
+      batch.append(job)
+    plan.append(entry)
+  results = pool.run_batch(batch)
+  verdicts = []
+  for (task, answers), entry in zip(items, plan):
+    index, size = entry["gold"]
+    gold = _json_list(results[index], size)
+    verdict = {}
+    for answer, (index, size) in entry["answers"].items():
+      values = _json_list(results[index], size)
+      verdict[answer] = bool(gold) and all(
+          not g.startswith(_FAILED) and g == v for g, v in zip(gold, values))
+    verdicts.append([verdict.get(a, False) if isinstance(a, str) else False for a in answers])
+  return verdicts
+
+
+def extract_solver_answer(task: tasks.CodingTask, response: str):
+  """The answer text from a full solver response (after '<think>'); None when absent."""
+  answer = parsing.extract_answer(response)
+  if not answer:
+    return None
+  if task.type == tasks.DEDUCTION:
+    return parsing.parse_solver_output(answer)
+  if task.type == tasks.ABDUCTION:
+    return parsing.parse_solver_input(answer)
+  return parsing.parse_solver_program(answer)
+
+
+def check_responses(pool, task: tasks.CodingTask, responses: Sequence[str]) -> List[bool]:
+  """check_answers on raw solver responses (format is not required, as in AZR's estimate)."""
+  return check_answers(pool, task, [extract_solver_answer(task, r) for r in responses])
+
+
+def solve_rate(pool, task: tasks.CodingTask, responses: Sequence[str]) -> float:
+  """Fraction of n solver responses judged correct (AZR's learnability estimate, n = 8)."""
+  if not responses:
+    raise ValueError("solve_rate needs at least one response")
+  correct = check_responses(pool, task, responses)
+  return sum(correct) / len(correct)

@@ -1,0 +1,178 @@
+"""Validation of proposed tasks: static checks here, execution only in the sandbox.
+
+`validate_proposal` returns (valid, reason, task). A valid task has a program
+defining exactly one function (renamed to `f`), no banned or dynamic imports,
+no `input(` call, an input that is a plain value expression, and runs
+deterministically (two calls on fresh arguments agree by != and by repr). The
+gold output is repr(f(input)).strip(), truncated to 200 + '...' + 200 chars
+beyond 400 as in AZR.
+"""
+import ast
+import json
+import re
+from typing import Optional, Sequence, Tuple
+
+from compassplay_jax.domains.coding import jobs
+from compassplay_jax.domains.coding import parsing
+from compassplay_jax.domains.coding import tasks
+
+# AZR's banned_words (azr_ppo_trainer.yaml), matched against dotted import components.
+AZR_BANNED_MODULES = ("logging", "random", "multiprocessing", "pebble", "subprocess", "threading",
+                      "datetime", "time", "hashlib", "hmac", "bcrypt", "os.sys", "os.path",
+                      "sys.exit", "os.environ", "calendar", "datetime")
+# Ways to import without an import statement; always rejected.
+_DYNAMIC_IMPORT_NAMES = frozenset(("__import__", "importlib", "__builtins__", "builtins", "eval",
+                                   "exec", "compile", "__loader__", "__spec__"))
+MAX_PROGRAM_CHARS = 20000
+MAX_INPUT_CHARS = 5000
+_INPUT_CALL_RE = re.compile(r"(\s|^)?input\(")
+
+Result = Tuple[bool, str, Optional[tasks.CodingTask]]
+
+
+def _module_hits(module: str, banned: Sequence[str]) -> Optional[str]:
+  """AZR semantics (a banned word equal to a dotted component) plus dotted prefixes."""
+  parts = module.split(".")
+  for word in banned:
+    if word in parts or module == word or module.startswith(word + "."):
+      return word
+  return None
+
+
+def banned_import_reason(code: str, banned: Sequence[str] = AZR_BANNED_MODULES) -> Optional[str]:
+  """Reason the program imports a banned module or imports dynamically; None when clean."""
+  try:
+    tree = ast.parse(code)
+  except SyntaxError as e:
+    return f"syntax error: {e.msg}"
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      for alias in node.names:
+        word = _module_hits(alias.name, banned) or _module_hits(alias.name, _DYNAMIC_IMPORT_NAMES)
+        if word:
+          return f"banned import {alias.name!r} ({word})"
+    elif isinstance(node, ast.ImportFrom):
+      module = node.module or ""
+      for alias in node.names:
+        full = f"{module}.{alias.name}" if module else alias.name
+        word = _module_hits(full, banned) or _module_hits(module, _DYNAMIC_IMPORT_NAMES)
+        if word:
+          return f"banned import {full!r} ({word})"
+    elif isinstance(node, ast.Name) and node.id in _DYNAMIC_IMPORT_NAMES:
+      return f"dynamic import mechanism {node.id!r}"
+    elif isinstance(node, ast.Attribute) and node.attr in ("__import__", "import_module",
+                                                            "modules", "__builtins__"):
+      return f"dynamic import mechanism '.{node.attr}'"
+    elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (
+        node.value in ("__import__", "__builtins__", "importlib")):
+      return f"dynamic import mechanism {node.value!r} in a string"
+  return None
+
+
+def import_lines(code: str) -> Tuple[str, ...]:
+  """Source of every import statement (nested ones too), as AZR's parse_imports collects."""
+  try:
+    tree = ast.parse(code)
+  except SyntaxError:
+    return ()
+  lines = []
+  for node in ast.walk(tree):
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+      text = ast.unparse(node)
+      if text not in lines:
+        lines.append(text)
+  return tuple(lines)
+
+
+def static_check(program: str, *, reject_multiple_functions: bool = True,
+                 banned: Sequence[str] = AZR_BANNED_MODULES) -> Tuple[Optional[str], str]:
+  """(reason or None, program with its first function renamed to `f`)."""
+  if not isinstance(program, str) or not program.strip():
+    return "empty program", program
+  if len(program) > MAX_PROGRAM_CHARS:
+    return f"program longer than {MAX_PROGRAM_CHARS} chars", program
+  names = parsing.function_names(program)
+  if not names:
+    return "no function definition", program
+  if len(names) > 1 and reject_multiple_functions:
+    return f"{len(names)} function definitions (exactly one allowed)", program
+  if names[0] != "f":
+    program = re.sub(rf"\b{re.escape(names[0])}\b", "f", program)
+  try:
+    ast.parse(program)
+  except SyntaxError as e:
+    return f"syntax error: {e.msg} (line {e.lineno})", program
+  if _INPUT_CALL_RE.search(program):
+    return "program contains 'input('", program
+  reason = banned_import_reason(program, banned)
+  return reason, program
+
+
+def _failure(result) -> str:
+  return f"{result.status}: {result.error_type}: {(result.error_message or '')[:200]}"
+
+
+def validate_io_batch(pool, items, **static_kwargs):
+  """Validates (task_type, program, input) triples for deduction/abduction in one pool batch."""
+  outcomes = [None] * len(items)
+  pending = []
+  for i, (task_type, program, args) in enumerate(items):
+    if task_type not in (tasks.DEDUCTION, tasks.ABDUCTION):
+      raise ValueError(f"validate_io_batch takes deduction/abduction items, got {task_type!r}")
+    reason, program = static_check(program, **static_kwargs)
+    if reason is None and len(args) > MAX_INPUT_CHARS:
+      reason = f"input longer than {MAX_INPUT_CHARS} chars"
+    if reason is not None:
+      outcomes[i] = (False, reason, None)
+    else:
+      pending.append((i, task_type, program, args))
+  results = pool.run_batch([jobs.gold_output_job(p, a) for _, _, p, a in pending])
+  for (i, task_type, program, args), result in zip(pending, results):
+    if not result.ok or result.value_text is None:
+      outcomes[i] = (False, _failure(result), None)
+      continue
+    task = tasks.CodingTask(type=task_type, program=program, input=args, output=result.value_text,
+                            imports=import_lines(program))
+    outcomes[i] = (True, "ok", task)
+  return outcomes
+
+
+def validate_proposal(pool, task_type: str, response: str, *, source_program: Optional[str] = None,
+                      num_inputs: int = 10, **static_kwargs) -> Result:
+  """Validates one proposer response (the text after the prompt's '<think>').
+
+  Deduction/abduction: the answer holds a ```python program and an ```input.
+  Induction: `source_program` is the buffer program shown to the proposer; the
+  answer holds >= num_inputs ```input blocks (the last num_inputs are kept) and
+  a ```message; every input must pass the determinism check; the first half of
+  the pairs are visible to the solver, the rest hidden.
+  """
+  answer = parsing.extract_answer(response)
+  if not answer:
+    return False, "no <answer> content", None
+  if task_type in (tasks.DEDUCTION, tasks.ABDUCTION):
+    parsed = parsing.parse_code_and_input(answer)
+    if parsed is None:
+      return False, "missing ```python or ```input block", None
+    return validate_io_batch(pool, [(task_type, parsed[0], parsed[1])], **static_kwargs)[0]
+  if task_type != tasks.INDUCTION:
+    raise ValueError(f"task_type must be one of {tasks.TASK_TYPES}, got {task_type!r}")
+  if source_program is None:
+    raise ValueError("induction validation needs source_program")
+  parsed = parsing.parse_inputs_and_message(answer, num_inputs)
+  if parsed is None:
+    return False, f"fewer than {num_inputs} ```input blocks or no message", None
+  inputs, message = parsed
+  if any(len(text) > MAX_INPUT_CHARS for text in inputs):
+    return False, f"an input is longer than {MAX_INPUT_CHARS} chars", None
+  result = pool.run(jobs.gold_outputs_job(source_program, inputs))
+  if not result.ok or result.value_text is None:
+    return False, _failure(result), None
+  outputs = json.loads(result.value_text)
+  if (not isinstance(outputs, list) or len(outputs) != len(inputs)
+      or not all(isinstance(o, str) for o in outputs)):
+    return False, "sandbox returned malformed outputs", None
+  task = tasks.CodingTask(type=tasks.INDUCTION, program=source_program, inputs=tuple(inputs),
+                          outputs=tuple(outputs), message=message,
+                          imports=import_lines(source_program), num_visible=len(inputs) // 2)
+  return True, "ok", task

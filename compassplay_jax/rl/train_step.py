@@ -1,0 +1,201 @@
+"""The jitted RL update: micro-batched policy-gradient loss, AdamW with clipping, one step per call.
+
+Batch (all leading dims B; per-token arrays use losses.py's alignment, index 0 unused):
+  tokens (B, T) int32, attention_mask (B, T), loss_mask (B, T) completion tokens,
+  advantages (B,) float32, old_logprobs (B, T) float32, optional ref_logprobs (B, T), positions (B, T).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from compassplay_jax.rl import losses, optim
+
+AGGREGATIONS = ("token_mean", "microbatch_token_mean")
+_FLOAT_DTYPES = ("float32", "bfloat16")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  """Optimisation hyper-parameters. Defaults are AZR's (azr notes §5.3); SGS's are in docs/training.md."""
+  learning_rate: float = 1e-6
+  schedule: str = "constant"  # constant | linear | cosine (after warmup)
+  warmup_steps: int = 0
+  total_steps: int = 0  # needed by the decaying schedules
+  end_lr_ratio: float = 0.0
+  b1: float = 0.9
+  b2: float = 0.999
+  adam_eps: float = 1e-8
+  weight_decay: float = 0.01
+  grad_clip: float | None = 1.0  # global-norm clip; None or 0 disables
+  micro_batch_size: int | None = None  # None: the whole batch in one pass
+  # token_mean: Σ over all tokens of the batch / their count (independent of micro-batching).
+  # microbatch_token_mean: mean over micro-batches of per-micro-batch token-means (veRL/AZR).
+  aggregation: str = "token_mean"
+  clip_eps_low: float = 0.2
+  clip_eps_high: float = 0.2
+  entropy_coef: float = 0.0
+  kl_coef: float = 0.0
+  temperature: float = 1.0
+  master_fp32: bool = True  # keep parameters and optimizer state in float32
+  compute_dtype: str | None = None  # overrides the model's compute dtype (e.g. "bfloat16"); None keeps it
+  remat: bool | None = None  # overrides the model's per-block rematerialisation; None keeps it
+  skip_nonfinite: bool = True  # leave params and opt_state unchanged when the loss or grads are not finite
+
+  def __post_init__(self):
+    if self.aggregation not in AGGREGATIONS:
+      raise ValueError(f"aggregation {self.aggregation!r} is not one of {AGGREGATIONS}")
+    if self.compute_dtype is not None and self.compute_dtype not in _FLOAT_DTYPES:
+      raise ValueError(f"compute_dtype {self.compute_dtype!r} is not one of {_FLOAT_DTYPES}")
+    if self.micro_batch_size is not None and self.micro_batch_size <= 0:
+      raise ValueError(f"micro_batch_size must be positive, got {self.micro_batch_size}")
+    if self.temperature <= 0:
+      raise ValueError(f"temperature must be positive, got {self.temperature}")
+
+  def replace(self, **changes) -> "TrainConfig":
+    return dataclasses.replace(self, **changes)
+
+
+def make_optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
+  schedule = optim.make_schedule(cfg.learning_rate, cfg.schedule, cfg.warmup_steps, cfg.total_steps,
+                                 cfg.end_lr_ratio)
+  return optim.make_adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.adam_eps, weight_decay=cfg.weight_decay,
+                          grad_clip=cfg.grad_clip)
+
+
+def _cast_floats(tree, dtype):
+  return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
+
+
+def init_train_state(params, cfg: TrainConfig, optimizer: optax.GradientTransformation | None = None):
+  """(params, opt_state) ready for the train step; params are cast to float32 when cfg.master_fp32."""
+  if cfg.master_fp32:
+    params = _cast_floats(params, jnp.float32)
+  return params, (optimizer or make_optimizer(cfg)).init(params)
+
+
+def _apply_model(graphdef, params, cfg_overrides: dict, batch) -> jnp.ndarray:
+  model = nnx.merge(graphdef, params)
+  if cfg_overrides:
+    # Compute dtype and remat are read from the config at call time, so overriding it is enough.
+    model.config = model.config.replace(**cfg_overrides)
+  return model(batch["tokens"], attention_mask=batch["attention_mask"], positions=batch.get("positions"))
+
+
+def _overrides(compute_dtype: str | None, remat: bool | None) -> dict:
+  out = {}
+  if compute_dtype is not None:
+    out["dtype"] = compute_dtype
+  if remat is not None:
+    out["remat"] = remat
+  return out
+
+
+def _split_micro(batch: dict, micro_batch_size: int | None) -> tuple[dict, int]:
+  b = batch["tokens"].shape[0]
+  mbs = micro_batch_size or b
+  if b % mbs:
+    raise ValueError(f"batch size {b} is not a multiple of micro_batch_size {mbs}")
+  k = b // mbs
+  return {name: x.reshape((k, mbs) + x.shape[1:]) for name, x in batch.items()}, k
+
+
+def make_train_step(graphdef, cfg: TrainConfig, *, optimizer: optax.GradientTransformation | None = None,
+                    in_shardings: Any = None, out_shardings: Any = None, donate: bool = True) -> Callable:
+  """Returns jitted `train_step(params, opt_state, batch, key) -> (params, opt_state, metrics)`.
+
+  One call = one optimizer update on the whole batch, accumulating gradients over micro-batches of
+  cfg.micro_batch_size rows with lax.scan. `key` is reserved for stochastic layers (the decoder has
+  none) and is unused. params and opt_state are donated when `donate`. `in_shardings` and
+  `out_shardings` go to jax.jit unchanged (leave None for single-device use).
+  """
+  optimizer = optimizer or make_optimizer(cfg)
+  schedule = optim.make_schedule(cfg.learning_rate, cfg.schedule, cfg.warmup_steps, cfg.total_steps,
+                                 cfg.end_lr_ratio)
+  overrides = _overrides(cfg.compute_dtype, cfg.remat)
+  loss_kwargs = dict(clip_eps_low=cfg.clip_eps_low, clip_eps_high=cfg.clip_eps_high,
+                     entropy_coef=cfg.entropy_coef, kl_coef=cfg.kl_coef, temperature=cfg.temperature)
+
+  def micro_loss(params, mb, weight):
+    logits = _apply_model(graphdef, params, overrides, mb)
+    loss, metrics = losses.policy_gradient_loss(
+        logits, mb["tokens"], mb["loss_mask"], mb["advantages"], mb["old_logprobs"],
+        ref_logprobs=mb.get("ref_logprobs"), **loss_kwargs)
+    return weight * loss, (loss, metrics)
+
+  grad_fn = jax.grad(micro_loss, has_aux=True)
+
+  def train_step(params, opt_state, batch, key):
+    del key  # no stochastic layers
+    micro, k = _split_micro(dict(batch), cfg.micro_batch_size)
+    tokens_per_micro = jnp.sum(micro["loss_mask"].astype(jnp.float32), axis=tuple(range(1, micro["loss_mask"].ndim)))
+    total_tokens = jnp.sum(tokens_per_micro)
+    if cfg.aggregation == "token_mean":
+      weights = tokens_per_micro / jnp.maximum(total_tokens, 1.0)
+    else:
+      weights = jnp.full((k,), 1.0 / k, jnp.float32)
+
+    def body(carry, xs):
+      grad_acc, metric_acc = carry
+      mb, w = xs
+      grads, (loss, metrics) = grad_fn(params, mb, w)
+      grad_acc = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), grad_acc, grads)
+      metrics = {**metrics, "loss": loss}
+      metric_acc = {name: metric_acc[name] + (v if name == "num_tokens" else w * v) for name, v in metrics.items()}
+      return (grad_acc, metric_acc), None
+
+    zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+    metric_names = ("pg_loss", "entropy", "kl", "clip_frac", "ratio_mean", "approx_kl", "num_tokens", "loss")
+    metric0 = {name: jnp.zeros((), jnp.float32) for name in metric_names}
+    (grads, metrics), _ = jax.lax.scan(body, (zeros, metric0), (micro, weights))
+    grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params)
+
+    step = optim.optimizer_step(opt_state)
+    grad_norm = optax.global_norm(grads)
+    updates, new_opt_state = optimizer.update(grads, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
+    ok = jnp.isfinite(grad_norm) & jnp.isfinite(metrics["loss"])
+    if cfg.skip_nonfinite:
+      keep = lambda new, old: jnp.where(ok, new, old)
+      new_params = jax.tree.map(keep, new_params, params)
+      new_opt_state = jax.tree.map(keep, new_opt_state, opt_state)
+    metrics.update(grad_norm=grad_norm, learning_rate=schedule(step), skipped=(~ok).astype(jnp.float32))
+    return new_params, new_opt_state, metrics
+
+  jit_kwargs = {}
+  if in_shardings is not None:
+    jit_kwargs["in_shardings"] = in_shardings
+  if out_shardings is not None:
+    jit_kwargs["out_shardings"] = out_shardings
+  return jax.jit(train_step, donate_argnums=(0, 1) if donate else (), **jit_kwargs)
+
+
+def make_logprob_fn(graphdef, *, temperature: float = 1.0, micro_batch_size: int | None = None,
+                    compute_dtype: str | None = None, in_shardings: Any = None,
+                    out_shardings: Any = None) -> Callable:
+  """Jitted `logprob_fn(params, tokens, attention_mask) -> (B, T)` log-probs in the loss's alignment.
+
+  For recomputing old log-probs (veRL does) or a frozen reference's log-probs for the KL term.
+  Rows are processed `micro_batch_size` at a time to bound the (B, T, V) logits' memory.
+  """
+  overrides = _overrides(compute_dtype, None)
+
+  def logprob_fn(params, tokens, attention_mask):
+    micro, _ = _split_micro({"tokens": tokens, "attention_mask": attention_mask}, micro_batch_size)
+
+    def one(mb):
+      return losses.token_logprobs(_apply_model(graphdef, params, overrides, mb), mb["tokens"], temperature)
+
+    return jax.lax.map(one, micro).reshape(tokens.shape)
+
+  jit_kwargs = {}
+  if in_shardings is not None:
+    jit_kwargs["in_shardings"] = in_shardings
+  if out_shardings is not None:
+    jit_kwargs["out_shardings"] = out_shardings
+  return jax.jit(logprob_fn, **jit_kwargs)

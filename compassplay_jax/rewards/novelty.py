@@ -38,8 +38,8 @@ _SIMPLE_IDENT = re.compile(rf"{_IDENT}")
 _LOOKS_LEAN = re.compile(r"^\s*(?:theorem|lemma)\s|:=\s*by\b|^\s*import\s+Mathlib", re.M)
 
 # Tokens after which Lean binds names: quantifiers, big operators, lambdas, let.
-_LEAN_BINDERS = {"∀", "∃", "∃!", "∀ᶠ", "∃ᶠ", "Π", "Σ", "λ", "fun", "∑", "∏", "⨆", "⨅",
-                 "⋃", "⋂", "∫", "∮", "let", "have", "obtain"}
+_LEAN_BINDERS = {"∀", "∃", "∃!", "∀ᶠ", "∃ᶠ", "Π", "Σ", "λ", "fun", "∑", "∏", "⨆", "⨅", "⋃",
+                 "⋂", "∫", "∮", "let", "have", "obtain"}
 _LEAN_KEYWORDS = {"in", "fun", "at", "with", "if", "then", "else", "by", "do", "match",
                   "let", "have", "show", "from", "theorem", "lemma", "Type", "Prop", "Sort"}
 _OPENERS = {"(": ")", "{": "}", "⦃": "⦄", "[": "]", "⟨": "⟩"}

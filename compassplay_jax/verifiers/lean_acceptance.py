@@ -112,18 +112,26 @@ def reported_axioms(statement: str, proof_body: str,
   return None
 
 
+def _lean_failure(result: LeanCheckResult) -> Acceptance | None:
+  """The rejection for a check with no verdict or with an error message, else None."""
+  if result.status != ANSWERED:
+    detail = result.error.splitlines()[0] if result.error else ""
+    return Acceptance(False, f"{result.status}: {detail}".rstrip(": "),
+                      system_error=result.is_system_error)
+  if result.errors:
+    first = result.errors[0]
+    return Acceptance(False, f"lean error at line {first.line}: {first.data.splitlines()[0]}")
+  return None
+
+
 def accept_proof(statement: str, proof_body: str, check_result: LeanCheckResult) -> Acceptance:
   """Applies the acceptance rule to the REPL's answer for proof_command(statement, body)."""
   banned = banned_construct(proof_body)
   if banned:
     return Acceptance(False, f"banned construct in proof body: {banned}")
-  if check_result.status != ANSWERED:
-    detail = check_result.error.splitlines()[0] if check_result.error else ""
-    return Acceptance(False, f"{check_result.status}: {detail}".rstrip(": "),
-                      system_error=check_result.is_system_error)
-  if check_result.errors:
-    first = check_result.errors[0]
-    return Acceptance(False, f"lean error at line {first.line}: {first.data.splitlines()[0]}")
+  failed = _lean_failure(check_result)
+  if failed:
+    return failed
   if check_result.sorries:
     return Acceptance(False, "proof contains sorry")
   if any(_SORRY_WARNING.search(m.data) for m in check_result.messages):
@@ -188,12 +196,9 @@ def validate_conjecture(text: str) -> tuple[bool, str, str | None]:
 def elaborate_conjecture(pool, header: str, statement: str) -> Acceptance:
   """Elaborates `statement` with `sorry` in Lean: ok iff no error and exactly one sorry."""
   result = pool.check(header, f"{statement.rstrip()} sorry\n")
-  if result.status != ANSWERED:
-    return Acceptance(False, f"{result.status}: {result.error.splitlines()[0] if result.error else ''}",
-                      system_error=result.is_system_error)
-  if result.errors:
-    first = result.errors[0]
-    return Acceptance(False, f"lean error at line {first.line}: {first.data.splitlines()[0]}")
+  failed = _lean_failure(result)
+  if failed:
+    return failed
   if len(result.sorries) != 1:
     return Acceptance(False, f"expected one sorry, Lean reported {len(result.sorries)}")
   return Acceptance(True, "ok")

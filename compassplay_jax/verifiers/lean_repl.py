@@ -42,13 +42,17 @@ _LIMIT_AND_EXEC = (
     "os.execvp(sys.argv[2], sys.argv[2:])\n")
 
 SETUP_STEPS = """\
-To check Lean proofs you need a Lean 4 REPL next to a Mathlib project (see docs/lean.md):
-  1. install elan:  curl https://elan.lean-lang.org/elan-init.sh -sSf | sh
-  2. build the REPL:  git clone https://github.com/leanprover-community/repl && cd repl && lake build
-  3. a Mathlib project on the same Lean version:  git clone https://github.com/leanprover-community/mathlib4 \
-&& cd mathlib4 && lake exe cache get && lake build
-  4. point the pool at them: command=("lake", "env", "/abs/path/repl/.lake/build/bin/repl"), cwd="/abs/path/mathlib4"
-     (or set COMPASSPLAY_LEAN_REPL and COMPASSPLAY_LEAN_PROJECT)."""
+To check Lean proofs you need a Lean 4 REPL and a Mathlib project (details: docs/lean.md):
+  1. install elan:
+       curl https://elan.lean-lang.org/elan-init.sh -sSf | sh
+  2. build the REPL:
+       git clone https://github.com/leanprover-community/repl && cd repl && lake build
+  3. a Mathlib project on the same Lean version:
+       git clone https://github.com/leanprover-community/mathlib4 && cd mathlib4
+       lake exe cache get && lake build
+  4. point the pool at them:
+       LeanReplPool(command=("lake", "env", "/abs/repl/.lake/build/bin/repl"), cwd="/abs/mathlib4")
+     or set COMPASSPLAY_LEAN_REPL and COMPASSPLAY_LEAN_PROJECT and use LeanReplPool.from_env()."""
 
 
 class LeanSetupError(RuntimeError):

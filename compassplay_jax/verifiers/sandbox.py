@@ -102,6 +102,37 @@ def default_hidden_paths():
   return sorted(p for p in paths if p and p != "/")
 
 
+def processes_of_uid(uid):
+  """Pids of live (non-zombie) processes whose real uid is `uid` (read from /proc)."""
+  found = []
+  for entry in os.listdir("/proc"):
+    if not entry.isdigit():
+      continue
+    try:
+      with open(f"/proc/{entry}/status") as f:
+        fields = dict(line.split(":", 1) for line in f if ":" in line)
+      if int(fields["Uid"].split()[0]) == uid and not fields["State"].strip().startswith("Z"):
+        found.append(int(entry))
+    except (OSError, ValueError, KeyError):
+      pass
+  return found
+
+
+def kill_processes_of_uid(uid, wait_s=2.0):
+  """Backstop after killing a worker: its sandbox uid is private, so all its processes go."""
+  deadline = time.monotonic() + wait_s
+  while time.monotonic() < deadline:
+    pids = processes_of_uid(uid)
+    if not pids:
+      return
+    for pid in pids:
+      try:
+        os.kill(pid, signal.SIGKILL)
+      except (ProcessLookupError, PermissionError):
+        pass
+    time.sleep(0.02)
+
+
 def _check_job(job):
   if not isinstance(job, Job):
     raise TypeError(f"job must be a sandbox.Job, got {type(job).__name__}")
@@ -135,6 +166,8 @@ class _WorkerHandle:
       self.kill()
       raise RuntimeError(f"sandbox worker failed to start: {hello and hello.get('error')}")
     self.isolation = hello["isolation"]
+    user = self.isolation.get("user", "")
+    self.uid = int(user.split()[1]) if user.startswith("uid ") else None
 
   def send(self, obj):
     data = json.dumps(obj).encode()
@@ -172,6 +205,8 @@ class _WorkerHandle:
     except (ProcessLookupError, PermissionError):
       pass
     self._reap()
+    if getattr(self, "uid", None) is not None:
+      kill_processes_of_uid(self.uid)
 
   def close(self, timeout_s=5.0):
     try:

@@ -1,0 +1,169 @@
+"""SandboxPool API: results, limits, ordering, worker replacement and clean shutdown."""
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from compassplay_jax.verifiers import sandbox
+from compassplay_jax.verifiers.sandbox import ExecResult, Job, SandboxLimits, SandboxPool
+
+LIMITS = SandboxLimits(timeout_s=3.0, cpu_time_s=3)
+
+
+def sandbox_uid(pool):
+  user = pool.isolation_report.get("user", "")
+  return int(user.split()[1]) if user.startswith("uid ") else None
+
+
+@pytest.fixture(scope="module")
+def pool():
+  with SandboxPool(num_workers=2, limits=LIMITS) as p:
+    yield p
+
+
+def test_ok_value_and_stdout(pool):
+  r = pool.run(Job(code="def f(a):\n  print('hi', a)\n  return [a, 'x']", expr="f(2)"))
+  assert r.ok and r.status == "ok"
+  assert r.value_repr == "[2, 'x']" and r.value_text is None
+  assert r.stdout == "hi 2\n" and r.stderr == ""
+  assert r.error_type is None and r.duration_s > 0
+
+
+def test_value_text_for_str_results(pool):
+  r = pool.run(Job(code="x = 'a\\nb'", expr="x"))
+  assert r.value_repr == "'a\\nb'" and r.value_text == "a\nb"
+
+
+def test_error_has_type_and_message(pool):
+  r = pool.run(Job(code="raise ValueError('bad thing')"))
+  assert (r.status, r.error_type, r.error_message) == ("error", "ValueError", "bad thing")
+
+
+def test_stdin_is_fed(pool):
+  r = pool.run(Job(code="import sys\ndata = sys.stdin.read()", expr="data.upper()", stdin="abc"))
+  assert r.value_repr == "'ABC'"
+
+
+def test_timeout_override(pool):
+  start = time.monotonic()
+  r = pool.run(Job(code="while True: pass", timeout_s=0.5))
+  assert r.status == "timeout" and time.monotonic() - start < 2.5
+
+
+def test_memory_and_result_caps(pool):
+  assert pool.run(Job(code="x = bytearray(2 << 30)")).status == "memory"
+  assert pool.run(Job(code="x = 'a' * 100000", expr="x")).status == "output_too_large"
+  assert pool.run(Job(code="print('a' * 100000)")).status == "output_too_large"
+
+
+def test_file_size_limit(pool):
+  r = pool.run(Job(code="open('big', 'wb').write(b'x' * (2 << 20))"))
+  assert r.status == "error"
+
+
+def test_fresh_empty_temp_dir_each_job(pool):
+  first = pool.run(Job(code="import os\nopen('left', 'w').write('1')", expr="os.getcwd()"))
+  second = pool.run_batch([Job(code="import os", expr="(os.getcwd(), os.listdir('.'))")] * 2)
+  for r in second:
+    cwd, listing = eval(r.value_repr)  # Test-only: our own trusted repr.
+    assert listing == [] and cwd != eval(first.value_repr)
+  assert not os.path.exists(eval(first.value_repr))
+
+
+def test_scrubbed_environment(pool):
+  r = pool.run(Job(code="import os", expr="sorted(os.environ)"))
+  assert r.value_repr == "['HOME', 'LANG', 'PATH', 'PYTHONHASHSEED', 'TMPDIR']"
+
+
+def test_batch_keeps_order(pool):
+  jobs = [Job(code=f"import time\ntime.sleep({0.05 * (i % 3)})", expr=str(i)) for i in range(12)]
+  assert [r.value_repr for r in pool.run_batch(jobs)] == [str(i) for i in range(12)]
+
+
+def test_thread_safe_submission(pool):
+  out = {}
+
+  def submit(k):
+    out[k] = [r.value_repr for r in pool.run_batch([Job(code="", expr=f"{k}*{j}") for j in range(5)])]
+
+  threads = [threading.Thread(target=submit, args=(k,)) for k in range(4)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  assert out == {k: [str(k * j) for j in range(5)] for k in range(4)}
+
+
+def test_isolation_is_reported(pool):
+  assert pool.isolation in ("netns", "socket-guard")
+  assert set(pool.isolation_report) >= {"network", "filesystem", "pid", "user"}
+
+
+def test_bad_input_errors_are_one_line():
+  with pytest.raises(TypeError, match="Job.code must be str"):
+    SandboxPool.run_batch(object.__new__(SandboxPool), [Job(code=1)])
+  with pytest.raises(ValueError, match="num_workers"):
+    SandboxPool(num_workers=-1)
+  with pytest.raises(ValueError, match="network"):
+    SandboxPool(network="none")
+
+
+def test_socket_guard_mode_blocks_sockets():
+  with SandboxPool(num_workers=1, limits=LIMITS, network="socket-guard") as p:
+    assert p.isolation == "socket-guard"
+    r = p.run(Job(code="import socket\nsocket.socket()"))
+    assert r.status == "error" and r.error_type == "PermissionError"
+
+
+def _our_workers():
+  pids = []
+  for entry in os.listdir("/proc"):
+    try:
+      with open(f"/proc/{entry}/cmdline", "rb") as f:
+        cmd = f.read()
+      with open(f"/proc/{entry}/status") as f:
+        ppid = [int(l.split()[1]) for l in f if l.startswith("PPid:")][0]
+    except (OSError, IndexError, ValueError):
+      continue
+    if b"sandbox_worker.py" in cmd and ppid == os.getpid():
+      pids.append(int(entry))
+  return pids
+
+
+def test_dead_worker_is_replaced_and_close_leaves_nothing():
+  others = set(_our_workers())
+  p = SandboxPool(num_workers=1, limits=LIMITS)
+  first_uid = sandbox_uid(p)
+  holder = {}
+  thread = threading.Thread(
+      target=lambda: holder.update(r=p.run(Job(code="import time\ntime.sleep(2)", expr="1"))))
+  thread.start()
+  time.sleep(0.5)
+  workers = [pid for pid in _our_workers() if pid not in others]
+  assert len(workers) == 1
+  os.kill(workers[0], signal.SIGKILL)
+  thread.join(timeout=LIMITS.timeout_s + 10)
+  assert not thread.is_alive()
+  assert holder["r"].status == "error" and holder["r"].error_type == "SandboxError"
+  assert p.run(Job(code="", expr="2")).value_repr == "2"
+  assert p.workers_started == 2
+  new_uid = sandbox_uid(p)
+  p.close()
+  assert set(_our_workers()) == others
+  for uid in {first_uid, new_uid} - {None}:
+    assert sandbox.processes_of_uid(uid) == []
+
+
+def test_close_is_idempotent_and_run_after_close_fails():
+  p = SandboxPool(num_workers=1, limits=LIMITS)
+  p.close()
+  p.close()
+  with pytest.raises(RuntimeError, match="closed"):
+    p.run(Job(code=""))
+
+
+def test_exec_result_ok_property():
+  r = ExecResult("timeout", None, "", "", "Timeout", "x", 1.0)
+  assert not r.ok and sandbox.STATUSES[0] == "ok"

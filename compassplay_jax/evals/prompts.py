@@ -187,6 +187,5 @@ def extract_math_answer(completion: str) -> str:
 
 def _strip_answer(answer: str) -> str:
   # A light strip_string: math-verify normalises the rest (spacing, \left/\right, \dfrac, ...).
-  answer = answer.strip().strip("$").strip()
-  answer = answer.rstrip(".").strip()
-  return answer
+  answer = answer.strip().rstrip(".").strip()
+  return answer.strip("$").strip()

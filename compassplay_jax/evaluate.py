@@ -1,0 +1,91 @@
+r"""Evaluates checkpoints on the benchmarks and plots accuracy against step.
+
+  python -m compassplay_jax.evaluate --config=configs/coding.py \
+      --checkpoint=/runs/a/checkpoints/step_100,/runs/a/checkpoints/step_200 \
+      --benchmarks=cruxeval_i,cruxeval_o,livecodebench,math500
+
+Outputs go to <workdir>/eval/step_<N>/ (see docs/evaluation.md). With --plot_runs=dir1,dir2 and no
+--checkpoint it only draws the history plot of existing runs (several runs = seeds: mean ± s.d.).
+"""
+import pathlib
+import re
+
+from absl import app
+from absl import flags
+from absl import logging
+from ml_collections import config_flags
+
+from compassplay_jax.evals import harness
+from compassplay_jax.evals import report
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file; its `eval` block is read.")
+_CHECKPOINT = flags.DEFINE_string("checkpoint", "", "Checkpoint path(s), comma-separated.")
+_BENCHMARKS = flags.DEFINE_string("benchmarks", "", "Overrides config.eval.benchmarks (comma list or 'all').")
+_WORKDIR = flags.DEFINE_string("workdir", "", "Overrides config.eval.workdir / config.workdir.")
+_STEP = flags.DEFINE_integer("step", None, "Step of a single checkpoint (default: parsed from its path).")
+_PLOT_RUNS = flags.DEFINE_string("plot_runs", "", "Run dirs to plot together (seeds), comma-separated.")
+
+
+def _load_generate_fn(config, checkpoint: str):
+  """MODEL-LOADING GLUE: returns (generate_fn, tokenizer) for a checkpoint.
+
+  generate_fn(prompts) -> greedy completions of at most config.eval.max_new_tokens tokens.
+  Waiting for compassplay_jax.sampling; wire it here (and nowhere else) when it lands.
+  """
+  try:
+    from compassplay_jax import sampling  # pylint: disable=g-import-not-at-top,unused-import
+  except ImportError:
+    raise NotImplementedError("waiting for the sampler") from None
+  raise NotImplementedError("waiting for the sampler: wire compassplay_jax.sampling in _load_generate_fn")
+
+
+def step_from_path(checkpoint: str) -> int:
+  """The trailing number of a checkpoint path (…/step_200, …/checkpoint-200, …/200)."""
+  match = re.search(r"(\d+)/*$", checkpoint)
+  if not match:
+    raise ValueError(f"--checkpoint: cannot read a step from {checkpoint!r}; pass --step")
+  return int(match.group(1))
+
+
+def eval_workdir(config, override: str = "") -> str:
+  eval_cfg = config.get("eval", {})
+  return override or eval_cfg.get("workdir", "") or config.get("workdir", "")
+
+
+def run(config, checkpoints: list[str], benchmarks: str = "", workdir: str = "", step=None,
+        load_generate_fn=_load_generate_fn) -> pathlib.Path | None:
+  """Evaluates each checkpoint, then writes <workdir>/eval/history.png; returns the plot path."""
+  eval_config = harness.default_eval_config().to_dict()
+  eval_config.update(dict(config.get("eval", {})))
+  if benchmarks:
+    eval_config["benchmarks"] = benchmarks
+  out_root = eval_workdir(config, workdir)
+  if not out_root:
+    raise ValueError("config.eval.workdir: no workdir set (set it, config.workdir, or --workdir)")
+  items = harness.load_items(eval_config)
+  for checkpoint in checkpoints:
+    ckpt_step = step if step is not None and len(checkpoints) == 1 else step_from_path(checkpoint)
+    generate_fn, tokenizer = load_generate_fn(config, checkpoint)
+    summary = harness.evaluate(generate_fn, tokenizer, items, eval_config=eval_config, step=ckpt_step,
+                               workdir=out_root)
+    logging.info("step %d: %s", ckpt_step, pathlib.Path(summary["out_dir"]) / "results.md")
+    print(report.markdown_table(summary))
+  return report.plot_history([out_root], pathlib.Path(out_root) / "eval" / "history.png")
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+  checkpoints = [c for c in _CHECKPOINT.value.split(",") if c]
+  plot_runs = [r for r in _PLOT_RUNS.value.split(",") if r]
+  if plot_runs and not checkpoints:
+    out = pathlib.Path(_WORKDIR.value or plot_runs[0]) / "eval" / "history_runs.png"
+    print(report.plot_history(plot_runs, out))
+    return
+  if _CONFIG.value is None or not checkpoints:
+    raise app.UsageError("--config and --checkpoint are required (or --plot_runs alone)")
+  print(run(_CONFIG.value, checkpoints, _BENCHMARKS.value, _WORKDIR.value, _STEP.value))
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -80,6 +80,8 @@ def initialize(config: DistributedConfig | Mapping[str, Any] | None = None) -> b
   """
   if config is None:
     config = DistributedConfig.from_env()
+  elif hasattr(config, "to_dict"):  # ml_collections.ConfigDict
+    config = DistributedConfig(**config.to_dict())
   elif isinstance(config, Mapping):
     config = DistributedConfig(**config)
   config.validate()

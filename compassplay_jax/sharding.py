@@ -73,11 +73,13 @@ class MeshConfig:
 
   @classmethod
   def from_any(cls, value: "MeshConfig | Mapping[str, int] | Sequence[int] | str | None") -> "MeshConfig":
-    """From a MeshConfig, {"data": 2, ...}, (2, 2, 2), "2,2,2" or "data=2,tensor=4"."""
+    """From a MeshConfig, {"data": 2, ...} or a ConfigDict, (2, 2, 2), "2,2,2" or "data=2,tensor=4"."""
     if value is None:
       return cls()
     if isinstance(value, MeshConfig):
       return value
+    if hasattr(value, "to_dict"):  # ml_collections.ConfigDict (config.mesh)
+      value = value.to_dict()
     if isinstance(value, str):
       if "=" in value:
         value = {k.strip(): int(v) for k, v in (item.split("=") for item in value.split(",") if item.strip())}
@@ -264,3 +266,111 @@ def shard_batch(batch, mesh: Mesh):
     if getattr(leaf, "ndim", 0) and leaf.shape[0] % batch_divisor(mesh):
       raise ShardingError(f"batch dimension {leaf.shape[0]} is not divisible by data*fsdp={batch_divisor(mesh)}")
   return jax.device_put(batch, batch_tree_shardings(batch, mesh))
+
+
+# ---- jitted steps with explicit shardings ---------------------------------------------------------
+# Params, gradients, the reference gradient and optimizer moments all follow PARAM_RULES; batches and
+# per-example outputs are split over (data, fsdp); scalars are replicated.
+
+def jit_train_step(graphdef, train_cfg, mesh: Mesh, params, opt_state, batch, optimizer=None):
+  """rl.train_step.make_train_step with in/out shardings from the rules (params, opt_state donated).
+
+  `params`, `opt_state` and `batch` may be arrays or ShapeDtypeStructs; only shapes and paths are read.
+  """
+  from compassplay_jax.rl import train_step as train_lib
+  head_dim = _head_dim(graphdef, params)
+  p_sh = tree_shardings(params, mesh, head_dim)
+  o_sh = tree_shardings(opt_state, mesh, head_dim, strict=False)
+  repl = replicated(mesh)
+  return train_lib.make_train_step(
+      graphdef, train_cfg, optimizer=optimizer, donate=True,
+      in_shardings=(p_sh, o_sh, batch_tree_shardings(batch, mesh), repl), out_shardings=(p_sh, o_sh, repl))
+
+
+def jit_reference_gradient(graphdef, mesh: Mesh, params, micro_batch: int = 8):
+  """`(params, tokens, loss_mask, attention_mask) -> g_ref`, g_ref stored with the params' shardings."""
+  from compassplay_jax.rewards import reference
+  p_sh = tree_shardings(params, mesh, _head_dim(graphdef, params))
+  fn = lambda p, tokens, loss_mask, attention_mask: reference.reference_gradient(
+      graphdef, p, tokens, loss_mask, attention_mask, micro_batch=micro_batch)
+  b2 = batch_sharding(mesh, 2)
+  return jax.jit(fn, in_shardings=(p_sh, b2, b2, b2), out_shardings=p_sh)
+
+
+def jit_gradient_cosines(graphdef, mesh: Mesh, params, method: str = "fused", chunk_size: int | None = 8,
+                         norm_mode: str = "auto"):
+  """`(params, g_ref, tokens, loss_mask, attention_mask) -> CosineResult`, per-example outputs split
+  over (data, fsdp). Nothing is donated: the outputs are (N,) vectors, so no input buffer could be
+  reused for them, and params / g_ref live on."""
+  from compassplay_jax.rewards import cosines
+  p_sh = tree_shardings(params, mesh, _head_dim(graphdef, params))
+  b1, b2, repl = batch_sharding(mesh, 1), batch_sharding(mesh, 2), replicated(mesh)
+  fn = lambda p, g_ref, tokens, loss_mask, attention_mask: cosines.gradient_cosines(
+      graphdef, p, g_ref, tokens, loss_mask, attention_mask, method=method, chunk_size=chunk_size,
+      norm_mode=norm_mode)
+  out = cosines.CosineResult(cosines=b1, inner_products=b1, sq_norms=b1, ref_sq_norm=repl, has_loss_tokens=b1)
+  return jax.jit(fn, in_shardings=(p_sh, p_sh, b2, b2, b2), out_shardings=out)
+
+
+def _head_dim(graphdef, params) -> int | None:
+  """head_dim of a split Decoder (for whole-head tensor splits); works on abstract params too."""
+  from flax import nnx
+  cfg = getattr(nnx.merge(graphdef, params), "config", None)
+  return getattr(cfg, "head_dim", None)
+
+
+def decode_state_shardings(mesh: Mesh, state, head_dim: int | None = None):
+  """Sampler state: rows over (data, fsdp); KV caches (B, S, kv_heads, hd) also split kv heads over
+  `tensor` when they divide it (matching the k/v projections); step counters replicated."""
+  del head_dim  # the cache's head axis is explicit, so whole-head splits need no unit
+
+  def one(leaf):
+    shape = tuple(leaf.shape)
+    if not shape:
+      return replicated(mesh)
+    spec = P(BATCH_AXES, None, "tensor") if len(shape) == 4 else P(BATCH_AXES)
+    return NamedSharding(mesh, fit_spec(spec, shape, mesh))
+  return jax.tree.map(one, state)
+
+
+class ShardedSampler:
+  """sampling.decode's prefill and decode, jitted with explicit in/out shardings on `mesh`.
+
+  Same call signatures as `decode.prefill` / `decode.decode` (graphdef first, sampler knobs as
+  keywords). One jit per (static knobs, input shapes); the decode state is donated call to call so
+  the KV cache is updated in place.
+  """
+
+  def __init__(self, mesh: Mesh):
+    self.mesh = mesh
+    self._cache = {}
+
+  def _rows(self, shape):
+    return NamedSharding(self.mesh, fit_spec(P(BATCH_AXES), shape, self.mesh))
+
+  def prefill(self, graphdef, params, input_ids, prompt_mask, prompt_index, row_live, key, **static):
+    from compassplay_jax.sampling import decode
+    args = (params, input_ids, prompt_mask, prompt_index, row_live, key)
+    sig = ("prefill", graphdef, tuple(sorted(static.items())), tuple(jnp_shape(x) for x in jax.tree.leaves(args[1:])))
+    if sig not in self._cache:
+      fn = lambda p, *rest: decode.prefill.__wrapped__(graphdef, p, *rest, **static)
+      p_sh = tree_shardings(params, self.mesh, _head_dim(graphdef, params))
+      state = jax.eval_shape(fn, *args)
+      in_sh = (p_sh,) + tuple(self._rows(jnp_shape(x)) for x in args[1:5]) + (replicated(self.mesh),)
+      self._cache[sig] = jax.jit(fn, in_shardings=in_sh, out_shardings=decode_state_shardings(self.mesh, state))
+    return self._cache[sig](*args)
+
+  def decode(self, graphdef, params, state, stop_at, host_done, **static):
+    from compassplay_jax.sampling import decode
+    sig = ("decode", graphdef, tuple(sorted(static.items())), tuple(jnp_shape(x) for x in jax.tree.leaves((state, host_done))))
+    if sig not in self._cache:
+      fn = lambda p, st, stop, done: decode.decode.__wrapped__(graphdef, p, st, stop, done, **static)
+      p_sh = tree_shardings(params, self.mesh, _head_dim(graphdef, params))
+      s_sh = decode_state_shardings(self.mesh, state)
+      self._cache[sig] = jax.jit(fn, in_shardings=(p_sh, s_sh, replicated(self.mesh), self._rows(jnp_shape(host_done))),
+                                 out_shardings=s_sh, donate_argnums=(1,))
+    return self._cache[sig](params, state, stop_at, host_done)
+
+
+def jnp_shape(x) -> tuple[int, ...]:
+  return tuple(getattr(x, "shape", ()))

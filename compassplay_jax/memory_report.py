@@ -1,0 +1,188 @@
+"""Ahead-of-time memory report: per-device bytes of the train and reward steps on a given mesh.
+
+Nothing is allocated: parameters, optimizer state, the reference gradient and the batch are
+ShapeDtypeStructs carrying their shardings, and each step is lowered and compiled for the mesh
+(`jax.jit(...).lower(...).compile().memory_analysis()`). Parameter, optimizer-state and
+reference-gradient bytes are exact (sum of each leaf's shard); "temp" is XLA's own figure for the
+compiled program on the backend that compiled it (CPU figures approximate GPU/TPU ones: fusion and
+layout choices differ).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from compassplay_jax import sharding as sharding_lib
+from compassplay_jax.models.config import ModelConfig
+
+GIB = 1024 ** 3
+
+# The paper's two 7B models (shapes only; nothing is downloaded).
+PAPER_MODELS = {
+    "qwen2.5-coder-7b": ModelConfig(
+        model_type="qwen2", vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+        num_attention_heads=28, num_key_value_heads=4, attention_bias=True, rope_theta=1e6,
+        max_position_embeddings=32768, tie_word_embeddings=False),
+    "deepseek-prover-v2-7b": ModelConfig(
+        model_type="llama", vocab_size=102400, hidden_size=4096, intermediate_size=11008, num_hidden_layers=30,
+        num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=65536, tie_word_embeddings=False),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+  """Batch shapes of one training setting. Lengths are the paper's caps (prompt + completion)."""
+  model: str
+  train_batch: int  # sequences per optimizer update
+  train_micro_batch: int  # rows per forward/backward inside the update
+  seq_len: int
+  reward_candidates: int  # candidates whose gradient cosine is computed in one reward call
+  reward_micro_batch: int
+  reference_size: int  # sequences in the reference set (g_ref)
+
+
+# AZR coding: 64 per (task, role) x 6 = 384 sequences per step, prompt 6144 + response 8096 tokens
+# (azr notes §5.4). SGS Lean: batch 32, max length 8192 (lean notes, hyper-parameters).
+PAPER_WORKLOADS = {
+    "azr-coding": Workload("qwen2.5-coder-7b", train_batch=384, train_micro_batch=8, seq_len=6144 + 8096,
+                           reward_candidates=64, reward_micro_batch=8, reference_size=32),
+    "sgs-lean": Workload("deepseek-prover-v2-7b", train_batch=32, train_micro_batch=8, seq_len=8192,
+                         reward_candidates=32, reward_micro_batch=8, reference_size=32),
+}
+
+
+def tiny_workload(model: ModelConfig | None = None) -> tuple[ModelConfig, Workload]:
+  """A seconds-to-compile setting for the test suite."""
+  cfg = model or ModelConfig(model_type="qwen2", vocab_size=96, hidden_size=64, intermediate_size=128,
+                             num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
+                             attention_bias=True)
+  return cfg, Workload("tiny", train_batch=16, train_micro_batch=8, seq_len=32, reward_candidates=8,
+                       reward_micro_batch=8, reference_size=8)
+
+
+def per_device_bytes(tree) -> int:
+  """Bytes one device holds of a tree of sharded ShapeDtypeStructs / arrays (the largest device)."""
+  totals: dict[Any, int] = {}
+  for leaf in jax.tree.leaves(tree):
+    itemsize = np.dtype(leaf.dtype).itemsize
+    for device, index in leaf.sharding.devices_indices_map(tuple(leaf.shape)).items():
+      shard = math.prod(len(range(*s.indices(n))) for s, n in zip(index, leaf.shape))
+      totals[device] = totals.get(device, 0) + shard * itemsize
+  return max(totals.values()) if totals else 0
+
+
+def _compiled_memory(compiled) -> dict[str, int]:
+  stats = compiled.memory_analysis()
+  if stats is None:
+    return {}
+  names = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes")
+  out = {name.replace("_size_in_bytes", ""): int(getattr(stats, name, 0) or 0) for name in names}
+  out["peak"] = out["argument"] + out["output"] - out["alias"] + out["temp"]
+  return out
+
+
+def _abstract_batch(mesh, rows: int, seq_len: int, per_token_float: tuple[str, ...] = ()):
+  bs2, bs1 = sharding_lib.batch_sharding(mesh, 2), sharding_lib.batch_sharding(mesh, 1)
+  batch = {
+      "tokens": jax.ShapeDtypeStruct((rows, seq_len), jnp.int32, sharding=bs2),
+      "attention_mask": jax.ShapeDtypeStruct((rows, seq_len), jnp.int32, sharding=bs2),
+      "loss_mask": jax.ShapeDtypeStruct((rows, seq_len), jnp.int32, sharding=bs2),
+  }
+  for name in per_token_float:
+    batch[name] = jax.ShapeDtypeStruct((rows, seq_len), jnp.float32, sharding=bs2)
+  return batch, bs1
+
+
+def abstract_train_state(cfg: ModelConfig, mesh, train_cfg=None):
+  """(graphdef, params, opt_state, their shardings, optimizer) as sharded ShapeDtypeStructs."""
+  from compassplay_jax.models import hf_io
+  from compassplay_jax.rl import train_step as train_lib
+  train_cfg = train_cfg or train_lib.TrainConfig()
+  optimizer = train_lib.make_optimizer(train_cfg)
+  graphdef, params = hf_io.abstract_model(cfg)
+  params = jax.eval_shape(lambda p: train_lib.init_train_state(p, train_cfg, optimizer)[0], params)
+  p_sh = sharding_lib.tree_shardings(params, mesh, cfg.head_dim)
+  opt_state = jax.eval_shape(optimizer.init, params)
+  o_sh = sharding_lib.tree_shardings(opt_state, mesh, cfg.head_dim, strict=False)
+  return (graphdef, sharding_lib.abstract_sharded(params, p_sh), sharding_lib.abstract_sharded(opt_state, o_sh),
+          p_sh, o_sh, optimizer)
+
+
+def compile_train_step(cfg: ModelConfig, mesh, work: Workload, train_cfg=None):
+  """The compiled train step for `work`'s batch, and its sharded abstract inputs."""
+  from compassplay_jax.rl import train_step as train_lib
+  train_cfg = (train_cfg or train_lib.TrainConfig()).replace(micro_batch_size=work.train_micro_batch)
+  graphdef, params, opt_state, p_sh, o_sh, optimizer = abstract_train_state(cfg, mesh, train_cfg)
+  batch, bs1 = _abstract_batch(mesh, work.train_batch, work.seq_len, ("old_logprobs",))
+  batch["advantages"] = jax.ShapeDtypeStruct((work.train_batch,), jnp.float32, sharding=bs1)
+  repl = sharding_lib.replicated(mesh)
+  key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=repl)
+  step = train_lib.make_train_step(
+      graphdef, train_cfg, optimizer=optimizer,
+      in_shardings=(p_sh, o_sh, sharding_lib.batch_tree_shardings(batch, mesh), repl),
+      out_shardings=(p_sh, o_sh, repl))
+  return step.lower(params, opt_state, batch, key).compile(), (params, opt_state)
+
+
+def compile_reward_step(cfg: ModelConfig, mesh, work: Workload, method: str = "fused"):
+  """The compiled reward step (g_ref over the reference set, then the candidates' cosines)."""
+  from compassplay_jax.models import hf_io
+  graphdef, params = hf_io.abstract_model(cfg)
+  p_sh = sharding_lib.tree_shardings(params, mesh, cfg.head_dim)
+  params = sharding_lib.abstract_sharded(params, p_sh)
+  ref_batch, _ = _abstract_batch(mesh, work.reference_size, work.seq_len)
+  cand_batch, bs1 = _abstract_batch(mesh, work.reward_candidates, work.seq_len)
+  fn = reward_step_fn(graphdef, method, work.reward_micro_batch)
+  jitted = jax.jit(fn, in_shardings=(p_sh, sharding_lib.batch_tree_shardings(ref_batch, mesh),
+                                     sharding_lib.batch_tree_shardings(cand_batch, mesh)),
+                   out_shardings=(bs1, p_sh))
+  return jitted.lower(params, ref_batch, cand_batch).compile(), params
+
+
+def reward_step_fn(graphdef, method: str, micro_batch: int):
+  """`(params, ref_batch, cand_batch) -> (cosines (N,), g_ref)`: one reward computation."""
+  from compassplay_jax.rewards import cosines, reference
+
+  def fn(params, ref, cand):
+    g_ref = reference.reference_gradient(graphdef, params, ref["tokens"], ref["loss_mask"], ref["attention_mask"],
+                                         micro_batch=micro_batch)
+    cos = cosines.gradient_cosines(graphdef, params, g_ref, cand["tokens"], cand["loss_mask"],
+                                   cand["attention_mask"], method=method, micro_batch=micro_batch)
+    return cos, g_ref
+  return fn
+
+
+def report(cfg: ModelConfig, mesh, work: Workload, reward_method: str = "fused", train_cfg=None) -> dict[str, Any]:
+  """Per-device bytes: params, optimizer state, reference gradient, and each step's XLA figures."""
+  train, (params, opt_state) = compile_train_step(cfg, mesh, work, train_cfg)
+  reward, reward_params = compile_reward_step(cfg, mesh, work, reward_method)
+  return {
+      "model": work.model,
+      "mesh": sharding_lib.mesh_summary(mesh),
+      "devices": mesh.size,
+      "params": per_device_bytes(params),
+      "opt_state": per_device_bytes(opt_state),
+      # g_ref has the reward params' shapes, dtype and shardings (it is their gradient).
+      "ref_grad": per_device_bytes(reward_params),
+      "train": _compiled_memory(train),
+      "reward": _compiled_memory(reward),
+  }
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+  """A markdown table of `report` results, in GiB per device."""
+  def g(n):
+    return f"{n / GIB:.2f}"
+  header = ("| model | mesh (data, fsdp, tensor) | params | opt state | ref grad | train temp | train peak "
+            "| reward temp | reward peak |\n|---|---|---|---|---|---|---|---|---|")
+  lines = [header]
+  for r in rows:
+    lines.append(f"| {r['model']} | {r['mesh']} | {g(r['params'])} | {g(r['opt_state'])} | {g(r['ref_grad'])} "
+                 f"| {g(r['train'].get('temp', 0))} | {g(r['train'].get('peak', 0))} "
+                 f"| {g(r['reward'].get('temp', 0))} | {g(r['reward'].get('peak', 0))} |")
+  return "\n".join(lines)

@@ -128,7 +128,7 @@ def _job_process(job, limits, flags, fds, job_dir, prelude):
     iso.drop_privileges(flags["uid"])
   iso.set_parent_death_signal()
   cpu = max(1, int(limits["cpu_time_s"]))
-  for rlimit, value in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+  for rlimit, value in ((resource.RLIMIT_CORE, 0), (resource.RLIMIT_CPU, cpu),
                         (resource.RLIMIT_AS, limits["memory_bytes"]),
                         (resource.RLIMIT_FSIZE, limits["file_size_bytes"]),
                         (resource.RLIMIT_NOFILE, limits["open_files"]),
@@ -254,15 +254,18 @@ class Worker:
       _job_process(job, limits, self.flags, fds, job_dir, self._prelude_code(job))
     for fd in fds.values():
       os.close(fd)
-    os.write(ctl_w, str(job_pid).encode())
+    os.write(ctl_w, f"pid {job_pid}\n".encode())
+    _, status, usage = os.wait4(job_pid, 0)
+    # CPU seconds let the worker tell an RLIMIT_CPU kill from other deaths.
+    os.write(ctl_w, f"cpu {usage.ru_utime + usage.ru_stime}\n".encode())
     os.close(ctl_w)
-    _, status = os.waitpid(job_pid, 0)
     if os.WIFSIGNALED(status):
       os._exit(128 + os.WTERMSIG(status))
     os._exit(min(os.WEXITSTATUS(status), 127))
 
   def _collect(self, pid, ctl_r, out_r, err_r, res_r, limits, deadline):
     job_pid = None
+    control = bytearray()
     buffers = {out_r: bytearray(), err_r: bytearray(), res_r: bytearray()}
     caps = {out_r: limits["output_bytes"], err_r: limits["output_bytes"],
             res_r: 4 * limits["result_bytes"] + 4096}
@@ -299,7 +302,10 @@ class Worker:
             open_fds.discard(fd)
             continue
           if fd == ctl_r:
-            job_pid = int(chunk.decode() or 0) or None
+            control += chunk
+            for line in control.decode(errors="replace").splitlines():
+              if line.startswith("pid "):
+                job_pid = int(line[4:])
             continue
           buffers[fd] += chunk
           if len(buffers[fd]) > caps[fd] and killed_for is None:
@@ -320,6 +326,12 @@ class Worker:
       status = os.waitpid(pid, 0)[1]
     if self.flags["uid"] is not None and (killed_for or not self.flags["pidns"]):
       iso.kill_uid(self.flags["uid"])
+    cpu_s = 0.0
+    for line in control.decode(errors="replace").splitlines():
+      if line.startswith("cpu "):
+        cpu_s = float(line[4:])
+    if killed_for is None and cpu_s >= limits["cpu_time_s"] - 0.05 and not buffers[res_r]:
+      killed_for = "cpu"
     return _classify(status, killed_for, buffers[out_r], buffers[err_r], buffers[res_r], limits)
 
   def _kill(self, pid, job_pid):
@@ -348,9 +360,9 @@ def _classify(status, killed_for, out, err, res, limits):
   elif killed_for == "output_too_large":
     result.update(status="output_too_large", error_type="OutputTooLarge",
                   error_message=f"output exceeded {cap} bytes")
-  elif signum == signal.SIGXCPU and not res:
+  elif killed_for == "cpu" or (signum == signal.SIGXCPU and not res):
     result.update(status="timeout", error_type="CpuTimeLimit",
-                  error_message="killed by SIGXCPU (CPU-time limit)")
+                  error_message="CPU-time limit exceeded")
   elif signum:
     name = signal.Signals(signum).name if signum in signal.Signals._value2member_map_ else signum
     result.update(error_type="Crash", error_message=f"killed by signal {name}")

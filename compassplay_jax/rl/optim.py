@@ -43,10 +43,13 @@ def make_adamw(schedule: optax.Schedule, *, b1: float, b2: float, eps: float, we
   return optax.chain(optax.clip_by_global_norm(grad_clip), adamw) if grad_clip else adamw
 
 
+def _has_count(x) -> bool:
+  return isinstance(x, (optax.ScaleByAdamState, optax.ScaleByScheduleState))
+
+
 def optimizer_step(opt_state) -> jnp.ndarray:
-  """The number of updates applied so far (AdamW's count), as an int32 scalar."""
-  states = jax.tree_util.tree_leaves(opt_state, is_leaf=lambda x: isinstance(x, optax.ScaleByAdamState))
-  for s in states:
-    if isinstance(s, optax.ScaleByAdamState):
+  """The number of updates applied so far (Adam's or the schedule's count), as an int32 scalar."""
+  for s in jax.tree_util.tree_leaves(opt_state, is_leaf=_has_count):
+    if _has_count(s):
       return s.count
-  raise ValueError("opt_state holds no ScaleByAdamState")
+  raise ValueError("opt_state holds no update count (no Adam or schedule state)")

@@ -1,0 +1,89 @@
+"""Advantage estimators against direct numpy transcriptions of the notes' formulas."""
+import numpy as np
+import pytest
+
+from compassplay_jax.rl import advantages
+
+
+def _verl_token_whiten(rewards, lengths, eps=1e-8):
+  """AZR notes §5.2 literally: broadcast R_i over a (B, T) response mask and masked-whiten the tokens."""
+  t_max = max(int(lengths.max()), 1)
+  mask = (np.arange(t_max)[None, :] < lengths[:, None]).astype(np.float64)
+  g = rewards[:, None] * mask
+  n = mask.sum()
+  mu = (g * mask).sum() / n
+  var = (((g - mu) ** 2) * mask).sum() / n * n / (n - 1)
+  a = (g - mu) / np.sqrt(var + eps) * mask
+  return a, mask
+
+
+def test_trr_plus_plus_matches_token_level_whitening_per_group():
+  rng = np.random.default_rng(0)
+  b = 48
+  rewards = rng.choice([-1.0, -0.5, 0.125, 0.5, 1.0], size=b)
+  tasks = rng.choice(["code_i", "code_o", "code_f"], size=b)
+  roles = rng.choice(["propose", "solve"], size=b)
+  lengths = rng.integers(1, 40, size=b)
+  got = advantages.trr_plus_plus(rewards, tasks, roles, lengths)
+  assert got.dtype == np.float32 and got.shape == (b,)
+  for task in ("code_i", "code_o", "code_f"):
+    for role in ("propose", "solve"):
+      rows = (tasks == task) & (roles == role)
+      if rows.sum() < 1:
+        continue
+      want, mask = _verl_token_whiten(rewards[rows], lengths[rows])
+      # Every valid token of sequence i carries the same advantage A_i.
+      np.testing.assert_allclose(np.broadcast_to(got[rows][:, None], mask.shape) * mask, want, rtol=1e-5, atol=1e-6)
+
+
+def test_trr_plus_plus_is_token_weighted():
+  # Two sequences: the long one dominates the mean, so the short one is far from it.
+  got = advantages.trr_plus_plus([1.0, 0.0], ["t", "t"], ["r", "r"], [9, 1])
+  mu = 0.9
+  var = (9 * 0.1 ** 2 + 1 * 0.9 ** 2) / 9
+  np.testing.assert_allclose(got, [(1 - mu) / np.sqrt(var + 1e-8), (0 - mu) / np.sqrt(var + 1e-8)], rtol=1e-6)
+
+
+def test_trr_plus_plus_degenerate_groups():
+  got = advantages.trr_plus_plus([0.5, 0.5, 1.0, 2.0], ["a", "a", "b", "c"], ["s"] * 4, [3, 4, 1, 0])
+  np.testing.assert_array_equal(got, [0.0, 0.0, 0.0, 0.0])  # equal rewards; 1-token group; empty sequence
+
+
+def test_trr_plus_plus_bad_shapes():
+  with pytest.raises(ValueError, match="token_counts has length 1"):
+    advantages.trr_plus_plus([1.0, 0.0], ["t", "t"], ["r", "r"], [3])
+
+
+def test_reinforce_half_keeps_correct_attempts_of_hard_solved_problems():
+  correct = [1, 0, 0, 0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0]
+  problems = ["a"] * 4 + ["b"] * 4 + ["c"] * 4 + ["d"] * 4  # solve rates .25, .75, 0, .25
+  weights = np.ones(16)
+  weights[12] = 0.0  # e.g. a proof containing `try`
+  got = advantages.reinforce_half(correct, problems, sample_weights=weights)
+  want = np.zeros(16)
+  want[0] = 1.0
+  np.testing.assert_array_equal(got, want)
+  np.testing.assert_array_equal(advantages.reinforce_half([1, 1, 0, 0], ["x"] * 4), [1, 1, 0, 0])  # s = .5 is in
+  with pytest.raises(ValueError, match="0/1"):
+    advantages.reinforce_half([0.5], ["x"])
+
+
+def test_conjecture_band_and_reinforce_min_max():
+  rates = np.array([0.0, 0.125, 0.25, 0.5, 0.75, 0.875, 1.0, 0.375])
+  band = advantages.conjecture_band(rates)
+  inside = np.sort(rates[(rates > 0) & (rates < 1)])  # 6 values; p70 = inside[4] = 0.75
+  assert inside[int(0.7 * 6)] == 0.75
+  np.testing.assert_array_equal(band, (rates > 0) & (rates <= 0.75))
+  guide = np.array([3, 5, 8, 2, 6, 1, 4, 7], float)
+  raw = guide * (1 - rates)
+  got = advantages.reinforce(raw, band)
+  sel = raw[band]
+  want = np.where(band, (raw - sel.min()) / (sel.max() - sel.min()), 0.0)
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  np.testing.assert_array_equal(advantages.reinforce([2.0, 2.0, 5.0], [True, True, False]), [1.0, 1.0, 0.0])
+  assert not advantages.conjecture_band([0.0, 1.0]).any()
+
+
+def test_overlong_penalty():
+  got = advantages.overlong_penalty([0, 6553, 7372.8, 8192, 9000], 8192)
+  np.testing.assert_allclose(got, [0.0, 0.0, -0.5, -1.0, -1.0], atol=1e-6)

@@ -1,0 +1,92 @@
+"""Host-side batching: prompt buckets, left padding, and micro-batches under a memory budget.
+
+Shapes seen by the jitted prefill/decode are (prompt rows, bucket length): the bucket length is one
+of `bucket_lengths`, and the prompt rows are a power of two capped at the micro-batch's prompt count,
+so for a fixed batch size compilations are bounded by the number of length buckets, and in general
+by (#length buckets) x (#row sizes), never by the number of batches.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from compassplay_jax.models.config import ModelConfig
+from compassplay_jax.sampling.config import SamplingConfig
+
+
+def bucket_length(n: int, buckets: tuple[int, ...]) -> int:
+  """The smallest bucket that holds n tokens."""
+  for b in buckets:
+    if n <= b:
+      return b
+  raise ValueError(f"prompt of {n} tokens is longer than the largest bucket {buckets[-1]}")
+
+
+def bytes_per_row(cfg: ModelConfig, prompt_len: int, max_new: int) -> int:
+  """Rough device bytes one row needs: its KV cache, prefill activations and per-step temporaries."""
+  itemsize = np.dtype(cfg.dtype).itemsize
+  slots = prompt_len + max_new
+  cache = 2 * cfg.num_hidden_layers * slots * cfg.num_key_value_heads * cfg.head_dim * itemsize
+  prefill = prompt_len * (4 * cfg.hidden_size + 3 * cfg.intermediate_size
+                          + cfg.num_attention_heads * slots) * 4
+  vocab = 4 * cfg.vocab_size * 4  # logits, scaled logits, noise, log-softmax
+  return cache + prefill + vocab + 2 * max_new * 4
+
+
+def rows_per_call(cfg: ModelConfig, prompt_len: int, config: SamplingConfig) -> int:
+  """Most rows (prompts x samples) one device call may hold."""
+  rows = config.micro_batch_size
+  if config.memory_budget_bytes is not None:
+    rows = min(rows, config.memory_budget_bytes // bytes_per_row(cfg, prompt_len, config.max_new_tokens))
+  return max(rows, 1)
+
+
+def _pow2_at_least(n: int) -> int:
+  return 1 << (n - 1).bit_length()
+
+
+@dataclasses.dataclass
+class MicroBatch:
+  """Prompts decoded together: padded ids/mask (P, L), their global indices, and live-row flags."""
+  prompt_index: np.ndarray  # (P,) int32, 0 for padding rows
+  live: np.ndarray          # (P,) bool
+  input_ids: np.ndarray     # (P, L) int32
+  mask: np.ndarray          # (P, L) int32
+
+
+def _pad_rows(prompt_ids, chunk, length, per_call, pad_id) -> MicroBatch:
+  p = min(_pow2_at_least(len(chunk)), per_call)
+  ids = np.full((p, length), pad_id, np.int32)
+  mask = np.zeros((p, length), np.int32)
+  for r, i in enumerate(chunk):
+    n = len(prompt_ids[i])
+    ids[r, length - n:] = prompt_ids[i]
+    mask[r, length - n:] = 1
+  index = np.zeros((p,), np.int32)
+  index[:len(chunk)] = chunk
+  return MicroBatch(index, np.arange(p) < len(chunk), ids, mask)
+
+
+def plan(prompt_ids: list[list[int]], cfg: ModelConfig, config: SamplingConfig, pad_id: int) -> list[MicroBatch]:
+  """Splits prompts (sorted by length, so rows of a call have similar lengths) into micro-batches.
+
+  Each micro-batch is padded to the bucket of its longest prompt. Prompts of different buckets share a
+  call rather than splitting into smaller calls: extra prompt padding costs prefill only, while an
+  extra call (or padding rows) costs every decode step and another compilation.
+  """
+  for ids in prompt_ids:
+    bucket_length(len(ids), config.bucket_lengths)  # fail before any work
+  order = sorted(range(len(prompt_ids)), key=lambda i: len(prompt_ids[i]))
+  per_call = lambda length: max(1, rows_per_call(cfg, length, config) // config.n_samples)
+  batches, chunk = [], []
+  for i in order:
+    length = bucket_length(len(prompt_ids[i]), config.bucket_lengths)  # the longest so far
+    if chunk and len(chunk) + 1 > per_call(length):
+      last = bucket_length(len(prompt_ids[chunk[-1]]), config.bucket_lengths)
+      batches.append(_pad_rows(prompt_ids, chunk, last, per_call(last), pad_id))
+      chunk = []
+    chunk.append(i)
+  last = bucket_length(len(prompt_ids[chunk[-1]]), config.bucket_lengths)
+  batches.append(_pad_rows(prompt_ids, chunk, last, per_call(last), pad_id))
+  return batches

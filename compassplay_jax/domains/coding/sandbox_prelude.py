@@ -1,4 +1,4 @@
-"""Trusted helpers that run INSIDE the sandbox; their source is pasted at the top of every check job.
+"""Trusted helpers that run INSIDE the sandbox, as the Job.prelude of every check job.
 
 Stdlib only, and it must not import the package: `prelude_source()` returns
 this file's text. The helpers never see a gold answer; they turn values into

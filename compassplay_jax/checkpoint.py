@@ -1,0 +1,121 @@
+"""Training checkpoints: params, optimizer state, step, PRNG key and a JSON item, via Orbax.
+
+Layout (one directory per saved step, named by the step):
+  <dir>/<step>/params/      Orbax PyTree (the parameter State)
+  <dir>/<step>/opt_state/   Orbax PyTree (the optax state)
+  <dir>/<step>/meta/        JSON: the PRNG key's data and impl
+  <dir>/<step>/extra/       JSON: caller's dict (task buffers, coverage history, metrics so far, ...)
+Orbax writes a step into a temporary directory and renames it into place only when every item is
+written (commit_success.txt marks it), so a crash mid-save leaves the previous steps intact and the
+partial one is ignored and cleaned up by the next manager. Old steps are deleted only after a new one
+is committed, keeping the last `keep`.
+"""
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+
+
+class CheckpointError(RuntimeError):
+  """A checkpoint directory or step that cannot be used."""
+
+
+def _abstract(tree):
+  """Shape/dtype/sharding targets for Orbax from concrete or already-abstract leaves."""
+  return None if tree is None else jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
+
+
+def _key_meta(rng_key) -> dict:
+  key = jnp.asarray(rng_key) if not isinstance(rng_key, jax.Array) else rng_key
+  if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+    return {"rng_key_data": np.asarray(jax.random.key_data(key)).tolist(), "rng_impl": str(jax.random.key_impl(key))}
+  return {"rng_key_data": np.asarray(key).tolist(), "rng_impl": None, "rng_dtype": str(key.dtype)}
+
+
+def _key_from_meta(meta: dict):
+  if meta["rng_impl"] is None:
+    return jnp.asarray(np.asarray(meta["rng_key_data"], dtype=meta["rng_dtype"]))
+  return jax.random.wrap_key_data(jnp.asarray(meta["rng_key_data"], jnp.uint32), impl=meta["rng_impl"])
+
+
+class CheckpointManager:
+  """Saves every `save_every` steps (or when forced) and keeps the last `keep` committed steps.
+
+  `step` is the number of completed train steps: after `restore()` returns step s, the loop runs
+  step s + 1 next, so no step is lost or repeated.
+  """
+
+  def __init__(self, directory, *, keep: int = 3, save_every: int = 1, create: bool = True,
+               async_save: bool = False):
+    self.directory = pathlib.Path(directory).expanduser().absolute()
+    if not create and not self.directory.is_dir():
+      raise CheckpointError(f"checkpoint directory {self.directory} does not exist")
+    if keep < 1 or save_every < 1:
+      raise ValueError(f"keep and save_every must be >= 1, got keep={keep} save_every={save_every}")
+    self.save_every = save_every
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=keep, save_interval_steps=save_every, create=create, cleanup_tmp_directories=True,
+        enable_async_checkpointing=async_save)
+    self._manager = ocp.CheckpointManager(self.directory, options=options)
+
+  def should_save(self, step: int) -> bool:
+    return step % self.save_every == 0
+
+  def save(self, step: int, params, opt_state, rng_key, extra_json: dict[str, Any], *, force: bool = False) -> bool:
+    """Saves when `step` is a multiple of save_every or `force` (use it for the final step).
+
+    Returns whether a save was started. With async_save, the write finishes in the background;
+    call wait_until_finished() before relying on it.
+    """
+    if not (force or self.should_save(step)):
+      return False
+    args = ocp.args.Composite(
+        params=ocp.args.StandardSave(params),
+        opt_state=ocp.args.StandardSave(opt_state),
+        meta=ocp.args.JsonSave(_key_meta(rng_key)),
+        extra=ocp.args.JsonSave(extra_json))
+    return bool(self._manager.save(step, args=args, force=True))
+
+  def all_steps(self) -> list[int]:
+    return sorted(self._manager.all_steps())
+
+  def latest_step(self) -> int | None:
+    return self._manager.latest_step()
+
+  def restore(self, step: int | None = None, *, params=None, opt_state=None):
+    """Returns (step, params, opt_state, rng_key, extra_json) of `step` (default: the latest).
+
+    `params` / `opt_state` are restore targets: concrete trees or jax.ShapeDtypeStruct trees (with
+    shardings to restore sharded). Give both to get back the same pytree types (nnx.State, optax
+    NamedTuples); without a target Orbax returns plain nested dicts.
+    """
+    steps = self.all_steps()
+    if not steps:
+      raise CheckpointError(f"no checkpoint in {self.directory}")
+    step = steps[-1] if step is None else step
+    if step not in steps:
+      raise CheckpointError(f"no checkpoint for step {step} in {self.directory} (have {steps})")
+    args = ocp.args.Composite(
+        params=ocp.args.StandardRestore(_abstract(params)),
+        opt_state=ocp.args.StandardRestore(_abstract(opt_state)),
+        meta=ocp.args.JsonRestore(),
+        extra=ocp.args.JsonRestore())
+    out = self._manager.restore(step, args=args)
+    return step, out.params, out.opt_state, _key_from_meta(out.meta), out.extra
+
+  def wait_until_finished(self) -> None:
+    self._manager.wait_until_finished()
+
+  def close(self) -> None:
+    self._manager.close()
+
+  def __enter__(self) -> "CheckpointManager":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()

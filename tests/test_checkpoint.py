@@ -1,0 +1,71 @@
+"""CheckpointManager: round trip, keep-last-K, save cadence, bad input."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from compassplay_jax.checkpoint import CheckpointError, CheckpointManager
+
+
+def _state(seed=0):
+  k1, k2 = jax.random.split(jax.random.key(seed))
+  params = {"dense": {"kernel": jax.random.normal(k1, (3, 4)), "bias": jnp.zeros((4,), jnp.bfloat16)},
+            "embed": jax.random.normal(k2, (5, 3))}
+  optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-3))
+  opt_state = optimizer.init(params)
+  updates, opt_state = optimizer.update(jax.tree.map(jnp.ones_like, params), opt_state, params)
+  return optax.apply_updates(params, updates), opt_state
+
+
+def _assert_bitwise(a, b):
+  assert jax.tree.structure(a) == jax.tree.structure(b)
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    x, y = np.asarray(x), np.asarray(y)
+    assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
+
+
+def test_round_trip_is_exact(tmp_path):
+  params, opt_state = _state()
+  key = jax.random.split(jax.random.key(7))[1]
+  extra = {"buffers": {"code_i": [{"snippet": "def f(x):\n  return x", "io": [1, 2.5]}]},
+           "coverage": [0.0, 0.125], "metrics": [{"step": 1, "loss": 0.1 + 0.2}]}
+  with CheckpointManager(tmp_path / "ckpt") as manager:
+    assert manager.save(5, params, opt_state, key, extra)
+    manager.wait_until_finished()
+    assert manager.latest_step() == 5
+    step, p, o, k, e = manager.restore(params=params, opt_state=jax.eval_shape(lambda: opt_state))
+  assert step == 5 and e == extra
+  _assert_bitwise(p, params)
+  _assert_bitwise(o, opt_state)
+  assert jax.random.key_impl(k) == jax.random.key_impl(key)
+  np.testing.assert_array_equal(jax.random.key_data(k), jax.random.key_data(key))
+  # A raw uint32 key round-trips as one too.
+  with CheckpointManager(tmp_path / "raw") as manager:
+    manager.save(1, params, opt_state, jax.random.PRNGKey(3), {})
+    raw = manager.restore(params=params, opt_state=opt_state)[3]
+  assert raw.dtype == jnp.uint32
+  np.testing.assert_array_equal(raw, jax.random.PRNGKey(3))
+
+
+def test_keeps_last_k_and_saves_every_n(tmp_path):
+  params, opt_state = _state()
+  key = jax.random.key(0)
+  with CheckpointManager(tmp_path, keep=2, save_every=3) as manager:
+    saved = [s for s in range(1, 11) if manager.save(s, params, opt_state, key, {"s": s}, force=s == 10)]
+    manager.wait_until_finished()
+    assert saved == [3, 6, 9, 10]
+    assert manager.all_steps() == [9, 10]
+    assert manager.restore(9, params=params, opt_state=opt_state)[4] == {"s": 9}
+    with pytest.raises(CheckpointError, match=r"no checkpoint for step 3 in .* \(have \[9, 10\]\)"):
+      manager.restore(3, params=params, opt_state=opt_state)
+
+
+def test_missing_directory_is_a_one_line_error(tmp_path):
+  missing = tmp_path / "nope"
+  with pytest.raises(CheckpointError) as err:
+    CheckpointManager(missing, create=False)
+  assert str(err.value) == f"checkpoint directory {missing} does not exist"
+  assert not missing.exists()
+  with CheckpointManager(tmp_path / "empty") as manager, pytest.raises(CheckpointError, match="no checkpoint in"):
+    manager.restore()

@@ -17,6 +17,7 @@ from flax import nnx
 from compassplay_jax.rl import losses, optim
 
 AGGREGATIONS = ("token_mean", "microbatch_token_mean")
+LAYOUTS = ("strided", "contiguous")
 _FLOAT_DTYPES = ("float32", "bfloat16")
 
 
@@ -37,6 +38,9 @@ class TrainConfig:
   # token_mean: Σ over all tokens of the batch / their count (independent of micro-batching).
   # microbatch_token_mean: mean over micro-batches of per-micro-batch token-means (veRL/AZR).
   aggregation: str = "token_mean"
+  # Which rows form micro-batch k of K: "strided" = rows k, k+K, k+2K, ... (each micro-batch spans every
+  # data shard, so no resharding under a data-sharded batch); "contiguous" = rows [k·m, (k+1)·m) (veRL).
+  micro_batch_layout: str = "strided"
   clip_eps_low: float = 0.2
   clip_eps_high: float = 0.2
   entropy_coef: float = 0.0
@@ -50,6 +54,8 @@ class TrainConfig:
   def __post_init__(self):
     if self.aggregation not in AGGREGATIONS:
       raise ValueError(f"aggregation {self.aggregation!r} is not one of {AGGREGATIONS}")
+    if self.micro_batch_layout not in LAYOUTS:
+      raise ValueError(f"micro_batch_layout {self.micro_batch_layout!r} is not one of {LAYOUTS}")
     if self.compute_dtype is not None and self.compute_dtype not in _FLOAT_DTYPES:
       raise ValueError(f"compute_dtype {self.compute_dtype!r} is not one of {_FLOAT_DTYPES}")
     if self.micro_batch_size is not None and self.micro_batch_size <= 0:
@@ -96,13 +102,23 @@ def _overrides(compute_dtype: str | None, remat: bool | None) -> dict:
   return out
 
 
-def _split_micro(batch: dict, micro_batch_size: int | None) -> tuple[dict, int]:
+def _split_micro(batch: dict, micro_batch_size: int | None, layout: str) -> tuple[dict, int]:
+  """Each array (B, ...) -> (K, m, ...), m = micro_batch_size, rows grouped as `layout` says."""
   b = batch["tokens"].shape[0]
   mbs = micro_batch_size or b
   if b % mbs:
     raise ValueError(f"batch size {b} is not a multiple of micro_batch_size {mbs}")
   k = b // mbs
-  return {name: x.reshape((k, mbs) + x.shape[1:]) for name, x in batch.items()}, k
+  if layout == "contiguous":
+    return {name: x.reshape((k, mbs) + x.shape[1:]) for name, x in batch.items()}, k
+  return {name: jnp.swapaxes(x.reshape((mbs, k) + x.shape[1:]), 0, 1) for name, x in batch.items()}, k
+
+
+def _merge_micro(x: jnp.ndarray, layout: str) -> jnp.ndarray:
+  """Inverse of _split_micro for one array (K, m, ...) -> (B, ...)."""
+  if layout == "strided":
+    x = jnp.swapaxes(x, 0, 1)
+  return x.reshape((-1,) + x.shape[2:])
 
 
 def make_train_step(graphdef, cfg: TrainConfig, *, optimizer: optax.GradientTransformation | None = None,
@@ -132,7 +148,7 @@ def make_train_step(graphdef, cfg: TrainConfig, *, optimizer: optax.GradientTran
 
   def train_step(params, opt_state, batch, key):
     del key  # no stochastic layers
-    micro, k = _split_micro(dict(batch), cfg.micro_batch_size)
+    micro, k = _split_micro(dict(batch), cfg.micro_batch_size, cfg.micro_batch_layout)
     tokens_per_micro = jnp.sum(micro["loss_mask"].astype(jnp.float32), axis=tuple(range(1, micro["loss_mask"].ndim)))
     total_tokens = jnp.sum(tokens_per_micro)
     if cfg.aggregation == "token_mean":
@@ -176,7 +192,7 @@ def make_train_step(graphdef, cfg: TrainConfig, *, optimizer: optax.GradientTran
 
 
 def make_logprob_fn(graphdef, *, temperature: float = 1.0, micro_batch_size: int | None = None,
-                    compute_dtype: str | None = None, in_shardings: Any = None,
+                    micro_batch_layout: str = "strided", compute_dtype: str | None = None, in_shardings: Any = None,
                     out_shardings: Any = None) -> Callable:
   """Jitted `logprob_fn(params, tokens, attention_mask) -> (B, T)` log-probs in the loss's alignment.
 
@@ -186,12 +202,13 @@ def make_logprob_fn(graphdef, *, temperature: float = 1.0, micro_batch_size: int
   overrides = _overrides(compute_dtype, None)
 
   def logprob_fn(params, tokens, attention_mask):
-    micro, _ = _split_micro({"tokens": tokens, "attention_mask": attention_mask}, micro_batch_size)
+    micro, _ = _split_micro({"tokens": tokens, "attention_mask": attention_mask}, micro_batch_size,
+                            micro_batch_layout)
 
     def one(mb):
       return losses.token_logprobs(_apply_model(graphdef, params, overrides, mb), mb["tokens"], temperature)
 
-    return jax.lax.map(one, micro).reshape(tokens.shape)
+    return _merge_micro(jax.lax.map(one, micro), micro_batch_layout)
 
   jit_kwargs = {}
   if in_shardings is not None:

@@ -79,7 +79,12 @@ def _cast_floats(tree, dtype):
 
 
 def init_train_state(params, cfg: TrainConfig, optimizer: optax.GradientTransformation | None = None):
-  """(params, opt_state) ready for the train step; params are cast to float32 when cfg.master_fp32."""
+  """(params, opt_state) ready for the train step; params are cast to float32 when cfg.master_fp32.
+
+  The returned params may be the very arrays passed in, and the train step donates them: afterwards
+  use only the params it returns (e.g. `nnx.merge(graphdef, params)` for the sampler), not the model
+  they were split from.
+  """
   if cfg.master_fp32:
     params = _cast_floats(params, jnp.float32)
   return params, (optimizer or make_optimizer(cfg)).init(params)

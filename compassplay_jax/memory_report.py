@@ -152,8 +152,8 @@ def reward_step_fn(graphdef, method: str, micro_batch: int):
     g_ref = reference.reference_gradient(graphdef, params, ref["tokens"], ref["loss_mask"], ref["attention_mask"],
                                          micro_batch=micro_batch)
     cos = cosines.gradient_cosines(graphdef, params, g_ref, cand["tokens"], cand["loss_mask"],
-                                   cand["attention_mask"], method=method, micro_batch=micro_batch)
-    return cos, g_ref
+                                   cand["attention_mask"], method=method, chunk_size=micro_batch)
+    return cos.cosines, g_ref
   return fn
 
 

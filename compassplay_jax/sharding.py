@@ -342,18 +342,20 @@ class ShardedSampler:
   """
 
   def __init__(self, mesh: Mesh):
+    from compassplay_jax.sampling import decode
     self.mesh = mesh
     self._cache = {}
+    # The undecorated functions, so this works even where decode.prefill/decode are swapped for ours.
+    self._prefill, self._decode = decode.prefill.__wrapped__, decode.decode.__wrapped__
 
   def _rows(self, shape):
     return NamedSharding(self.mesh, fit_spec(P(BATCH_AXES), shape, self.mesh))
 
   def prefill(self, graphdef, params, input_ids, prompt_mask, prompt_index, row_live, key, **static):
-    from compassplay_jax.sampling import decode
     args = (params, input_ids, prompt_mask, prompt_index, row_live, key)
     sig = ("prefill", graphdef, tuple(sorted(static.items())), tuple(jnp_shape(x) for x in jax.tree.leaves(args[1:])))
     if sig not in self._cache:
-      fn = lambda p, *rest: decode.prefill.__wrapped__(graphdef, p, *rest, **static)
+      fn = lambda p, *rest: self._prefill(graphdef, p, *rest, **static)
       p_sh = tree_shardings(params, self.mesh, _head_dim(graphdef, params))
       state = jax.eval_shape(fn, *args)
       in_sh = (p_sh,) + tuple(self._rows(jnp_shape(x)) for x in args[1:5]) + (replicated(self.mesh),)
@@ -361,10 +363,9 @@ class ShardedSampler:
     return self._cache[sig](*args)
 
   def decode(self, graphdef, params, state, stop_at, host_done, **static):
-    from compassplay_jax.sampling import decode
     sig = ("decode", graphdef, tuple(sorted(static.items())), tuple(jnp_shape(x) for x in jax.tree.leaves((state, host_done))))
     if sig not in self._cache:
-      fn = lambda p, st, stop, done: decode.decode.__wrapped__(graphdef, p, st, stop, done, **static)
+      fn = lambda p, st, stop, done: self._decode(graphdef, p, st, stop, done, **static)
       p_sh = tree_shardings(params, self.mesh, _head_dim(graphdef, params))
       s_sh = decode_state_shardings(self.mesh, state)
       self._cache[sig] = jax.jit(fn, in_shardings=(p_sh, s_sh, replicated(self.mesh), self._rows(jnp_shape(host_done))),

@@ -289,7 +289,7 @@ def test_hf_checkpoint_loads_each_device_slice(tmp_path, monkeypatch, model_type
 # ---- orbax: save from one mesh, restore onto another -------------------------------------------------
 
 def test_checkpoint_restores_onto_another_mesh(tmp_path):
-  import orbax.checkpoint as ocp
+  from compassplay_jax import checkpoint
   from compassplay_jax.rl import train_step as train_lib
   cfg = CONFIGS["qwen2"]
   tcfg = train_lib.TrainConfig()
@@ -298,18 +298,20 @@ def test_checkpoint_restores_onto_another_mesh(tmp_path):
   params, opt_state = train_lib.init_train_state(params, tcfg)
   opt_state = jax.tree.map(lambda x: x + 0.5 if jnp.issubdtype(x.dtype, jnp.floating) else x + 3, opt_state)
   opt_state = jax.device_put(opt_state, sh.tree_shardings(opt_state, mesh_a, cfg.head_dim, strict=False))
-  state = {"params": params, "opt_state": opt_state}
-  with ocp.CheckpointManager(tmp_path / "ckpt") as manager:
-    manager.save(7, args=ocp.args.StandardSave(state))
+  with checkpoint.CheckpointManager(tmp_path / "ckpt") as manager:
+    manager.save(7, params, opt_state, jax.random.key(3), {"note": "mesh a"}, force=True)
     manager.wait_until_finished()
   for shape in [(1, 2, 4), (8, 1, 1)]:
     mesh_b = sh.make_mesh(shape)
-    target = sh.abstract_sharded(state, sh.tree_shardings(state, mesh_b, cfg.head_dim, strict=False))
-    with ocp.CheckpointManager(tmp_path / "ckpt") as manager:
-      restored = manager.restore(7, args=ocp.args.StandardRestore(target))
-    tree_close(restored, state)
-    assert_rule_shardings(restored["params"], mesh_b, cfg)
-    for leaf, want in zip(jax.tree.leaves(restored), jax.tree.leaves(target)):
+    p_target = sh.abstract_sharded(params, sh.tree_shardings(params, mesh_b, cfg.head_dim))
+    o_target = sh.abstract_sharded(opt_state, sh.tree_shardings(opt_state, mesh_b, cfg.head_dim, strict=False))
+    with checkpoint.CheckpointManager(tmp_path / "ckpt", create=False) as manager:
+      step, new_params, new_opt, _, extra = manager.restore(params=p_target, opt_state=o_target)
+    assert step == 7 and extra == {"note": "mesh a"}
+    tree_close(new_params, params)
+    tree_close(new_opt, opt_state)
+    assert_rule_shardings(new_params, mesh_b, cfg)
+    for leaf, want in zip(jax.tree.leaves((new_params, new_opt)), jax.tree.leaves((p_target, o_target))):
       assert leaf.sharding.is_equivalent_to(want.sharding, leaf.ndim)
 
 

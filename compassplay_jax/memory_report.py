@@ -82,7 +82,9 @@ def _compiled_memory(compiled) -> dict[str, int]:
     return {}
   names = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes")
   out = {name.replace("_size_in_bytes", ""): int(getattr(stats, name, 0) or 0) for name in names}
-  out["peak"] = out["argument"] + out["output"] - out["alias"] + out["temp"]
+  # TPU reports its own peak (its temp figure can read 0); elsewhere live = args + outputs - aliased + temps.
+  out["peak"] = int(getattr(stats, "peak_memory_in_bytes", 0) or 0) or (
+      out["argument"] + out["output"] - out["alias"] + out["temp"])
   return out
 
 
@@ -174,15 +176,19 @@ def report(cfg: ModelConfig, mesh, work: Workload, reward_method: str = "fused",
   }
 
 
+def _size(n: int) -> str:
+  if n >= GIB / 10:
+    return f"{n / GIB:.2f} GiB"
+  return f"{n / 1024 ** 2:.2f} MiB"
+
+
 def format_table(rows: list[dict[str, Any]]) -> str:
-  """A markdown table of `report` results, in GiB per device."""
-  def g(n):
-    return f"{n / GIB:.2f}"
-  header = ("| model | mesh (data, fsdp, tensor) | params | opt state | ref grad | train temp | train peak "
-            "| reward temp | reward peak |\n|---|---|---|---|---|---|---|---|---|")
+  """A markdown table of `report` results, bytes per device."""
+  header = ("| model | mesh | params | opt state | ref grad | train temp | train peak | reward temp "
+            "| reward peak |\n|---|---|---|---|---|---|---|---|---|")
   lines = [header]
   for r in rows:
-    lines.append(f"| {r['model']} | {r['mesh']} | {g(r['params'])} | {g(r['opt_state'])} | {g(r['ref_grad'])} "
-                 f"| {g(r['train'].get('temp', 0))} | {g(r['train'].get('peak', 0))} "
-                 f"| {g(r['reward'].get('temp', 0))} | {g(r['reward'].get('peak', 0))} |")
+    cells = [r["params"], r["opt_state"], r["ref_grad"], r["train"].get("temp", 0), r["train"].get("peak", 0),
+             r["reward"].get("temp", 0), r["reward"].get("peak", 0)]
+    lines.append(f"| {r['model']} | {r['mesh']} | " + " | ".join(_size(c) for c in cells) + " |")
   return "\n".join(lines)

@@ -353,7 +353,8 @@ class ShardedSampler:
 
   def prefill(self, graphdef, params, input_ids, prompt_mask, prompt_index, row_live, key, **static):
     args = (params, input_ids, prompt_mask, prompt_index, row_live, key)
-    sig = ("prefill", graphdef, tuple(sorted(static.items())), tuple(jnp_shape(x) for x in jax.tree.leaves(args[1:])))
+    sig = ("prefill", graphdef, tuple(sorted(static.items())),
+           tuple(jnp_shape(x) for x in jax.tree.leaves(args[1:])))
     if sig not in self._cache:
       fn = lambda p, *rest: self._prefill(graphdef, p, *rest, **static)
       p_sh = tree_shardings(params, self.mesh, _head_dim(graphdef, params))
@@ -363,13 +364,14 @@ class ShardedSampler:
     return self._cache[sig](*args)
 
   def decode(self, graphdef, params, state, stop_at, host_done, **static):
-    sig = ("decode", graphdef, tuple(sorted(static.items())), tuple(jnp_shape(x) for x in jax.tree.leaves((state, host_done))))
+    sig = ("decode", graphdef, tuple(sorted(static.items())),
+           tuple(jnp_shape(x) for x in jax.tree.leaves((state, host_done))))
     if sig not in self._cache:
       fn = lambda p, st, stop, done: self._decode(graphdef, p, st, stop, done, **static)
       p_sh = tree_shardings(params, self.mesh, _head_dim(graphdef, params))
       s_sh = decode_state_shardings(self.mesh, state)
-      self._cache[sig] = jax.jit(fn, in_shardings=(p_sh, s_sh, replicated(self.mesh), self._rows(jnp_shape(host_done))),
-                                 out_shardings=s_sh, donate_argnums=(1,))
+      in_sh = (p_sh, s_sh, replicated(self.mesh), self._rows(jnp_shape(host_done)))
+      self._cache[sig] = jax.jit(fn, in_shardings=in_sh, out_shardings=s_sh, donate_argnums=(1,))
     return self._cache[sig](params, state, stop_at, host_done)
 
 

@@ -98,7 +98,7 @@ def test_sharded_cases_on_8_simulated_devices():
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8",
              # The SPMD partitioner still runs; this only skips the slow LLVM optimisation passes.
              JAX_DISABLE_MOST_OPTIMIZATIONS="1", PYTHONPATH=str(REPO))
-  proc = subprocess.run([sys.executable, "-m", "pytest", "tests/sharding_cases.py", "-q", "-x", "-p", "no:cacheprovider"],
-                        cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+  cmd = [sys.executable, "-m", "pytest", "tests/sharding_cases.py", "-q", "-x", "-p", "no:cacheprovider"]
+  proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
   assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
   assert " passed" in proc.stdout and "skipped" not in proc.stdout.splitlines()[-1], proc.stdout[-2000:]

@@ -1,0 +1,85 @@
+"""Ahead-of-time per-device memory of the train and reward steps for the paper's 7B settings.
+
+Shapes only (no weights): compiles each step for a mesh of simulated CPU devices and prints a
+markdown table (docs/sharding.md has the numbers). CPU compile figures approximate GPU/TPU ones.
+
+  python3 experiments/memory_report.py --devices 8 --mesh 1,8,1 --mesh 1,2,4 --workload sgs-lean
+  python3 experiments/memory_report.py --tiny --mesh 2,2,2            # seconds; what the tests run
+  PYTHONPATH=<dir with libtpu> python3 experiments/memory_report.py --topology v5p:2x2x2 --mesh 1,8,1
+(--topology compiles with the real TPU compiler for that slice, no TPU needed: `pip install --target
+<dir> libtpu==0.0.42.*`, the version jax 0.10.2 pins; keep it off the main environment's path.)
+Flags: --remat (recompute each block in the backward pass), --compute-dtype bfloat16,
+--param-dtype bfloat16 (model/reward params; the train step keeps fp32 masters unless --no-master-fp32),
+--seq-len / --train-micro-batch / --reward-candidates to override the workload.
+"""
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+
+
+def parse_args(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--devices", type=int, default=8, help="simulated CPU devices")
+  parser.add_argument("--mesh", action="append", help="data,fsdp,tensor (repeatable; -1 = the rest)")
+  parser.add_argument("--workload", action="append", help="azr-coding | sgs-lean (repeatable; default both)")
+  parser.add_argument("--topology", help="a TPU slice, e.g. v5e:2x4 or v5p:2x2x2 (needs libtpu importable)")
+  parser.add_argument("--tiny", action="store_true", help="the tiny test config instead of the 7B models")
+  parser.add_argument("--remat", action="store_true")
+  parser.add_argument("--compute-dtype", default="bfloat16")
+  parser.add_argument("--param-dtype", default="bfloat16")
+  parser.add_argument("--no-master-fp32", action="store_true")
+  parser.add_argument("--reward-method", default="fused", choices=("fused", "direct"))
+  parser.add_argument("--seq-len", type=int)
+  parser.add_argument("--train-micro-batch", type=int)
+  parser.add_argument("--reward-candidates", type=int)
+  parser.add_argument("--json", help="also write the rows here (process 0)")
+  return parser.parse_args(argv)
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  os.environ.setdefault("JAX_PLATFORMS", "cpu")
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                             f" --xla_force_host_platform_device_count={args.devices}").strip()
+  from compassplay_jax import memory_report as mr
+  from compassplay_jax import sharding as sh
+  from compassplay_jax.rl.train_step import TrainConfig
+
+  devices = None
+  if args.topology:
+    from jax.experimental import topologies
+    devices = topologies.get_topology_desc(topology_name=args.topology, platform="tpu").devices
+  settings = []
+  if args.tiny:
+    settings.append(mr.tiny_workload())
+  else:
+    for name in args.workload or sorted(mr.PAPER_WORKLOADS):
+      work = mr.PAPER_WORKLOADS[name]
+      settings.append((mr.PAPER_MODELS[work.model], work))
+  overrides = {k: v for k, v in (("seq_len", args.seq_len), ("train_micro_batch", args.train_micro_batch),
+                                 ("reward_candidates", args.reward_candidates)) if v}
+  train_cfg = TrainConfig(master_fp32=not args.no_master_fp32)
+  rows = []
+  for cfg, work in settings:
+    cfg = cfg.replace(remat=args.remat, dtype=args.compute_dtype, param_dtype=args.param_dtype)
+    work = dataclasses.replace(work, **overrides)
+    for mesh_arg in args.mesh or ["1,-1,1"]:
+      mesh = sh.make_mesh(mesh_arg, devices=devices)
+      start = time.time()
+      row = mr.report(cfg, mesh, work, reward_method=args.reward_method, train_cfg=train_cfg)
+      row.update(backend=args.topology or f"cpu x{args.devices}", workload=dataclasses.asdict(work),
+                 remat=args.remat, compute_dtype=args.compute_dtype,
+                 param_dtype=args.param_dtype, compile_s=round(time.time() - start, 1))
+      rows.append(row)
+      print(f"# {work.model} on {row['mesh']}: compiled in {row['compile_s']} s", file=sys.stderr, flush=True)
+  print(mr.format_table(rows))
+  if args.json:
+    from compassplay_jax import distributed
+    distributed.write_json(args.json, rows)
+
+
+if __name__ == "__main__":
+  main()

@@ -48,6 +48,7 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.reward.micro_batch_size = 8  # reference-gradient and fused-pass micro-batch
   config.reward.reference_path = ""
   config.reward.reference_size = 32
+  config.reward.bad_format = -1.0  # AZR code: tags malformed (notes §4.1)
   config.reward.invalid = -1.0  # AZR code: invalid or badly formatted proposal (notes §4.1)
   config.reward.out_of_band = -0.5  # AZR code: solve rate 0 or 1 (notes §4.1); the paper's equation uses 0
   config.reward.max_completion_tokens = 1024  # candidate solution tokens used for g(x)
@@ -99,5 +100,6 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.lean.timeout_s = 60.0
   config.lean.memory_limit_mb = 8192
   config.lean.max_checks_per_process = 200
+  config.lean.prefill_proof = False  # start the prover's turn with the statement's code block
   config.lean.solver_band_max = 0.5  # REINFORCE-1/2: train on problems with 0 < s <= 0.5
   return config

@@ -27,16 +27,48 @@ _PLOT_RUNS = flags.DEFINE_string("plot_runs", "", "Run dirs to plot together (se
 
 
 def _load_generate_fn(config, checkpoint: str):
-  """MODEL-LOADING GLUE: returns (generate_fn, tokenizer) for a checkpoint.
+  """(generate_fn, tokenizer) for a checkpoint; generate_fn(prompts) -> greedy completions.
 
-  generate_fn(prompts) -> greedy completions of at most config.eval.max_new_tokens tokens.
-  Waiting for compassplay_jax.sampling; wire it here (and nowhere else) when it lands.
+  `checkpoint` is a training checkpoint (<run>/checkpoints/<step>, built from config.model and
+  restored with orbax), anything `load_model` takes (a Hugging Face directory, a .gguf file,
+  "smollm2-135m"), or "tiny" (config.model's random tiny model, for tests).
   """
-  try:
-    from compassplay_jax import sampling  # pylint: disable=g-import-not-at-top,unused-import
-  except ImportError:
-    raise NotImplementedError("waiting for the sampler") from None
-  raise NotImplementedError("waiting for the sampler: wire compassplay_jax.sampling in _load_generate_fn")
+  from flax import nnx
+  from compassplay_jax.sampling import SamplingConfig, generate
+  from compassplay_jax.selfplay.run import build_model, restore_params
+  model_config = config.get("model") or {}
+  path = pathlib.Path(checkpoint)
+  if checkpoint == "tiny":
+    model, tokenizer = build_model(_with_model_path(config, "tiny"))
+    graphdef, params = nnx.split(model)
+  elif path.parent.name == "checkpoints" and path.name.isdigit():
+    if not path.is_dir():
+      raise FileNotFoundError(f"{checkpoint}: checkpoint directory does not exist")
+    model, tokenizer = build_model(config)
+    graphdef, params = nnx.split(model)
+    params = restore_params(path.parent, int(path.name), params)
+  else:
+    from compassplay_jax import load_model
+    model, tokenizer = load_model(checkpoint, dtype=model_config.get("dtype"))
+    graphdef, params = nnx.split(model)
+  eval_cfg = config.get("eval") or {}
+  sampling = SamplingConfig(temperature=0.0, max_new_tokens=int(eval_cfg.get("max_new_tokens", 512)),
+                            micro_batch_size=int(eval_cfg.get("batch_size", 32)))
+
+  def generate_fn(prompts):
+    return generate(graphdef, params, tokenizer, list(prompts), sampling, 0).texts
+
+  return generate_fn, tokenizer
+
+
+def _with_model_path(config, path):
+  """A copy of config whose model.path is `path` (a base model block is added if missing)."""
+  from compassplay_jax import config_base
+  out = config_base.base_config("coding", "eval")
+  if config.get("model") is not None:
+    out.model.update(dict(config.model))
+  out.model.path = path
+  return out
 
 
 def step_from_path(checkpoint: str) -> int:

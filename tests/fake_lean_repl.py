@@ -17,9 +17,11 @@ Behaviour is set by directive comments inside a command (`-- fake: <what>`):
   reply JSON (answer exactly this) | noise (print non-JSON lines before the reply)
 and by flags: --log PATH (append one JSON line per event), --header-delay S,
 --sorry-backticks (the Lean >= 4.26 spelling of the warning), --banner (print
-stray text at start-up).
+stray text at start-up), --accept-percent P (reject about (100-P)% of declarations,
+chosen by a hash of their text: a stand-in for a prover that is sometimes wrong).
 """
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -71,6 +73,11 @@ def _code(cmd):
   return re.sub(r"--[^\n]*", blank, re.sub(r"/-.*?-/", blank, cmd, flags=re.S))
 
 
+def _hash_percent(text):
+  """A stable number in [0, 100) from the text (Python's hash() is salted per process)."""
+  return int(hashlib.sha256(text.encode()).hexdigest(), 16) % 100
+
+
 def _answer(cmd, env_id, args):
   code = _code(cmd)
   reply = {"env": env_id}
@@ -80,6 +87,9 @@ def _answer(cmd, env_id, args):
       index = cmd.find(directive)
       messages.append(_message(cmd, index, 5, "error", directive[len("error "):]))
   declaration = re.search(r"\b(?:theorem|lemma)\s+(\S+)", code)
+  if args.accept_percent < 100 and declaration and _hash_percent(code) >= args.accept_percent:
+    # A deterministic "prover that is sometimes wrong": reject this proof as Lean would.
+    messages.append(_message(cmd, declaration.start(1), len(declaration.group(1)), "error", "unsolved goals"))
   sorry_hits = list(re.finditer(r"\b(?:sorry|admit)\b", code))
   for hit in sorry_hits:
     sorries.append({"proofState": len(sorries), "pos": _position(cmd, hit.start()),
@@ -137,6 +147,8 @@ def main():
   parser.add_argument("--header-delay", type=float, default=0.0)
   parser.add_argument("--sorry-backticks", action="store_true")
   parser.add_argument("--banner", action="store_true")
+  parser.add_argument("--accept-percent", type=int, default=100,
+                      help="reject (with 'unsolved goals') declarations whose text hashes to >= this percentile")
   args = parser.parse_args()
   _log(args.log, event="start")
   if args.banner:

@@ -1,7 +1,4 @@
-"""Tiny real model, 3 items per benchmark, through the sampler: completes and writes every output.
-
-Skips until the model-loading glue in compassplay_jax/evaluate.py (`_load_generate_fn`) is wired.
-"""
+"""Tiny real model, 3 items per benchmark, through the sampler: completes and writes every output."""
 import json
 import pathlib
 
@@ -15,20 +12,12 @@ FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "eval"
 
 @pytest.mark.slow
 def test_tiny_model_end_to_end(tmp_path):
-  try:
-    from compassplay_jax import load_model  # pylint: disable=g-import-not-at-top,unused-import
-    from compassplay_jax import sampling  # pylint: disable=g-import-not-at-top,unused-import
-  except ImportError as e:
-    pytest.skip(f"model or sampler not importable yet: {e}")
   from compassplay_jax import evaluate as evaluate_cli  # pylint: disable=g-import-not-at-top
   eval_cfg = harness.default_eval_config()
   eval_cfg.update(benchmarks="all", data_dir=str(FIXTURES), limit=3, max_new_tokens=16, batch_size=8,
                   progress=False)
   config = ml_collections.ConfigDict({"workdir": str(tmp_path), "eval": eval_cfg.to_dict()})
-  try:
-    png = evaluate_cli.run(config, ["tiny/step_0"])
-  except NotImplementedError as e:
-    pytest.skip(f"evaluate._load_generate_fn is not wired yet: {e}")
+  png = evaluate_cli.run(config, ["tiny"], step=0)
   out = tmp_path / "eval" / "step_0"
   results = json.loads((out / "results.json").read_text())
   assert set(results["benchmarks"]) == set(harness.load_items(eval_cfg))

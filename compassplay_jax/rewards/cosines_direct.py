@@ -12,10 +12,19 @@ import jax.numpy as jnp
 from compassplay_jax.rewards.losses import per_sequence_loss
 
 
+def _leaf_vdot(x, y) -> jnp.ndarray:
+  # Row sums first, then their sum: a two-level float32 reduction keeps the round-off of a
+  # 10^8-element dot product near 1e-7 relative instead of ~1e-5 for one long accumulation.
+  x = x.astype(jnp.float32)
+  y = y.astype(jnp.float32)
+  if x.ndim < 2:
+    return jnp.sum(x * y)
+  return jnp.sum(jnp.sum((x * y).reshape(x.shape[0], -1), axis=1))
+
+
 def tree_vdot(a, b) -> jnp.ndarray:
   """Sum over leaves of <a_leaf, b_leaf>, in float32."""
-  terms = [jnp.vdot(x.astype(jnp.float32), y.astype(jnp.float32))
-           for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))]
+  terms = [_leaf_vdot(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))]
   return sum(terms, jnp.zeros((), jnp.float32))
 
 

@@ -69,16 +69,18 @@ def _chunked(fn, arrays, chunk_size):
   """fn over the leading (example) axis of `arrays`, `chunk_size` examples at a time -> (N, ...).
 
   Chunks are strided (chunk j holds examples i * steps + j), so a batch sharded along its first
-  axis stays evenly sharded in every chunk. The chunk is the largest divisor of N not above
-  chunk_size, so nothing is padded or copied.
+  axis stays evenly sharded in every chunk; each step slices its chunk in place (no transposed
+  copy of the activations). The chunk is the largest divisor of N not above chunk_size, so
+  nothing is padded.
   """
   n = arrays[0].shape[0]
   chunk = n if chunk_size is None else max(d for d in range(1, min(int(chunk_size), n) + 1) if n % d == 0)
   if chunk >= n:
     return fn(*arrays)
   steps = n // chunk
-  split = lambda x: jnp.swapaxes(x.reshape((chunk, steps) + x.shape[1:]), 0, 1)
-  out = jax.lax.map(lambda xs: fn(*xs), tuple(split(x) for x in arrays))
+  strided = tuple(x.reshape((chunk, steps) + x.shape[1:]) for x in arrays)
+  take = lambda x, j: jax.lax.dynamic_index_in_dim(x, j, axis=1, keepdims=False)
+  out = jax.lax.map(lambda j: fn(*(take(x, j) for x in strided)), jnp.arange(steps))
   return jnp.swapaxes(out, 0, 1).reshape((n,) + out.shape[2:])
 
 
@@ -207,12 +209,9 @@ def _unembed_bwd(cfg, res, dz):
   # The head is a dense layer with kernel table^T: a = h, delta = dz.
   stats = _dense_stats(cfg, h, dz, g_table.T, None).astype(probe.dtype)
 
-  def cross(dz, h, ids):
-    # C_t = sum_s dz_s[x_t] h_s: the head's per-example gradient rows at the input tokens.
-    picked = jnp.take_along_axis(dz, jnp.broadcast_to(ids[:, None, :], ids.shape[:1] + ids.shape[1:] * 2), axis=2)
-    return jnp.einsum("nst,nsd->ntd", picked.astype(_F32), h.astype(_F32))
-
-  c = _chunked(cross, (dz, h, ids), cfg.chunk_size).astype(channel.dtype)
+  # C_t = sum_s dz_s[x_t] h_s: the head's per-example gradient rows at the input tokens (N T^2 memory).
+  picked = jnp.take_along_axis(dz, jnp.broadcast_to(ids[:, None, :], ids.shape[:1] + ids.shape[1:] * 2), axis=2)
+  c = jnp.einsum("nst,nsd->ntd", picked.astype(_F32), h.astype(_F32)).astype(channel.dtype)
   return dh, _zero_cotangent(table), _zero_cotangent(g_table), stats, c, _zero_cotangent(ids)
 
 

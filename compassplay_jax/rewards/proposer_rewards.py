@@ -1,0 +1,129 @@
+"""Proposer rewards over a batch of candidates, selected by name. Pure functions of arrays.
+
+Every reward goes through the same eligibility gate, in this order of precedence:
+  1. not well formatted (tags/answer block unparsable)   -> config.bad_format
+  2. invalid (validity checks failed)                     -> config.invalid
+  3. solve rate outside the open band (0, 1)               -> config.out_of_band
+  4. otherwise the named score:
+       compassplay_cos          r_cos(x)                       (gradient-alignment cosine)
+       compassplay_cos_novelty  r_cos(x) * (1 - J(x, seed))     (J: token Jaccard, rewards/novelty.py)
+       difficulty               1 - s                           (AZR learnability; s = solve rate)
+       novelty_only             1 - J(x, seed)
+       soar_utility             measured held-out improvement (see `soar_utility`)
+
+Defaults and their sources (../shared/notes/azr-coding-selfplay.md §4):
+  AZR_CODE (the default, matches the released AZR models; reward_managers.py L400-436):
+    bad_format = -1, invalid = -1 (any validity failure zeroes the format score), out_of_band = -0.5.
+  AZR_PAPER (Eq. 4 and Eq. 6 of the AZR paper; see AZR issue #37 for the mismatch):
+    bad_format = -1, invalid = -0.5 ("wrong but well-formatted"; our reading of Eq. 6),
+    out_of_band = 0 (Eq. 4: r_propose = 0 when the solve rate is 0 or 1).
+Note that r_cos can be negative, so an eligible candidate can score below out_of_band; choose the
+values for the experiment at hand.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardConfig:
+  """Values given to ineligible candidates, and the solve-rate band (open interval)."""
+  bad_format: float = -1.0
+  invalid: float = -1.0
+  out_of_band: float = -0.5
+  band_low: float = 0.0
+  band_high: float = 1.0
+  # SOAR's reward has no solve rate: only the format/validity gate applies unless this is True.
+  soar_uses_band: bool = False
+
+
+AZR_CODE = RewardConfig()
+AZR_PAPER = RewardConfig(bad_format=-1.0, invalid=-0.5, out_of_band=0.0)
+
+
+def _f32(x, name):
+  if x is None:
+    raise ValueError(f"proposer reward needs {name!r}")
+  return jnp.asarray(x, jnp.float32)
+
+
+def compassplay_cos(*, cosines=None, **_):
+  """r_cos: the gradient-alignment cosine (rewards/cosines.py; 0 for a no-loss-token candidate)."""
+  return _f32(cosines, "cosines")
+
+
+def compassplay_cos_novelty(*, cosines=None, jaccard_to_seed=None, **_):
+  """r_cos x (1 - J(x, seed))."""
+  return _f32(cosines, "cosines") * (1.0 - _f32(jaccard_to_seed, "jaccard_to_seed"))
+
+
+def difficulty(*, solve_rates=None, **_):
+  """AZR learnability 1 - s (the gate already removed s in {0, 1})."""
+  return 1.0 - _f32(solve_rates, "solve_rates")
+
+
+def novelty_only(*, jaccard_to_seed=None, **_):
+  """1 - J(x, seed)."""
+  return 1.0 - _f32(jaccard_to_seed, "jaccard_to_seed")
+
+
+def soar_utility(*, heldout_improvement=None, **_):
+  """SOAR's grounded teacher reward (notes §11), given its measurement.
+
+  The reward itself is a pure function, but its input is expensive and stateful, so the loop must
+  supply it: heldout_improvement[i] = Acc_greedy(student after training on the dataset X_k that
+  candidate i belongs to, on the reward questions Q_R) - Acc_greedy(baseline student, Q_R), averaged
+  over the r independent student trainings of X_k (SOAR: 10 RLOO steps, batch 8, n = 64 pairs per
+  X_k, |Q_R| = 64 held-out hard problems; the student reverts to the baseline afterwards). Every
+  candidate in X_k gets the same value.
+  """
+  return _f32(heldout_improvement, "heldout_improvement")
+
+
+REWARD_FNS: dict[str, Callable] = {
+    "compassplay_cos": compassplay_cos,
+    "compassplay_cos_novelty": compassplay_cos_novelty,
+    "difficulty": difficulty,
+    "novelty_only": novelty_only,
+    "soar_utility": soar_utility,
+}
+
+
+def eligible(solve_rates, valid, well_formatted, config: RewardConfig = AZR_CODE):
+  """(N,) bool: well formatted, valid and band_low < s < band_high."""
+  s = _f32(solve_rates, "solve_rates")
+  return (_mask(well_formatted, s) & _mask(valid, s) & (s > config.band_low) & (s < config.band_high))
+
+
+def _mask(x, like):
+  return jnp.ones(like.shape, bool) if x is None else jnp.asarray(x).astype(bool)
+
+
+def proposer_rewards(name, *, cosines=None, solve_rates=None, valid=None, well_formatted=None, jaccard_to_seed=None,
+                     heldout_improvement=None, config: RewardConfig = AZR_CODE):
+  """(N,) float32 rewards of the named function behind the eligibility gate (module docstring).
+
+  Args:
+    name: a key of REWARD_FNS.
+    cosines: (N,) r_cos (CosineResult.cosines).
+    solve_rates: (N,) solver success fraction s in [0, 1] (required except for soar_utility).
+    valid, well_formatted: (N,) bool; None means all True.
+    jaccard_to_seed: (N,) token Jaccard J(x, seed) in [0, 1] (rewards/novelty.py).
+    heldout_improvement: (N,) SOAR's measured improvement (soar_utility only).
+    config: ineligible values and band; AZR_CODE (default) or AZR_PAPER.
+  """
+  if name not in REWARD_FNS:
+    raise ValueError(f"unknown proposer reward {name!r}; choose from {sorted(REWARD_FNS)}")
+  score = REWARD_FNS[name](cosines=cosines, solve_rates=solve_rates, jaccard_to_seed=jaccard_to_seed,
+                           heldout_improvement=heldout_improvement)
+  if name == "soar_utility" and not config.soar_uses_band:
+    in_band = jnp.ones(score.shape, bool)
+  else:
+    s = _f32(solve_rates, "solve_rates")
+    in_band = (s > config.band_low) & (s < config.band_high)
+  out = jnp.where(in_band, score, config.out_of_band)
+  out = jnp.where(_mask(valid, score), out, config.invalid)
+  return jnp.where(_mask(well_formatted, score), out, config.bad_format).astype(jnp.float32)

@@ -86,7 +86,8 @@ def _demo(config):
   config.reward.reference_path = "builtin:math_mini"  # the small committed MATH-style set
   config.reward.reference_size = 8
   config.train.learning_rate = 1e-5
-  config.train.micro_batch_size = 8
+  config.train.micro_batch_size = 4  # bounds the (rows, completion, vocab) logits on a laptop
+  config.reward.micro_batch_size = 2
   config.checkpoint.every_steps = 1
   config.eval.every_steps = 0  # evaluation off in the demo (run compassplay_jax.evaluate separately)
   config.sandbox.num_workers = 2

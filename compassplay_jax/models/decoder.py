@@ -138,13 +138,16 @@ class Decoder(nnx.Module):
         "lm_head", cfg.hidden_size, cfg.vocab_size, False, cfg, rngs)
 
   def __call__(self, input_ids, attention_mask=None, positions=None, *, ops: LayerOps = DEFAULT_OPS,
-               cache: list[KVCache] | None = None, cache_index=None, last_only: bool = False):
+               cache: list[KVCache] | None = None, cache_index=None, last_only: bool = False,
+               logits_from: int = 0):
     """Logits (B, T, V) in float32, or (logits, new_cache) when `cache` is given.
 
     Without a cache, `attention_mask` (B, T) marks real tokens (left padding is 0) and attention is
     causal over the T slots. With a cache (a list of per-layer KVCache of length S), the T new tokens
     are written at slots [cache_index, cache_index + T) and `attention_mask` (B, S) marks the valid
-    slots of the whole cache, new ones included. `last_only` computes logits for the last slot only.
+    slots of the whole cache, new ones included. `last_only` computes logits for the last slot only;
+    `logits_from` (static) for slots [logits_from, T) only: the LM head over a large vocabulary is
+    the biggest activation, and RL losses need it only where the completion is.
     """
     input_ids = jnp.asarray(input_ids)
     b, t = input_ids.shape
@@ -174,6 +177,8 @@ class Decoder(nnx.Module):
       new_cache.append(layer_new)
     if last_only:
       x = x[:, -1:]
+    elif logits_from:
+      x = x[:, logits_from:]
     h = self.norm(x, ops)
     if self.lm_head is None:
       logits = ops.unembed("embed_tokens", h, self.embed_tokens[...].astype(dt))

@@ -1,8 +1,10 @@
 """The jitted RL update: micro-batched policy-gradient loss, AdamW with clipping, one step per call.
 
 Batch (all leading dims B; per-token arrays use losses.py's alignment, index 0 unused):
-  tokens (B, T) int32, attention_mask (B, T), loss_mask (B, T) completion tokens,
-  advantages (B,) float32, old_logprobs (B, T) float32, optional ref_logprobs (B, T), positions (B, T).
+  tokens (B, T) int32, attention_mask (B, T), loss_mask (B, W) completion tokens,
+  advantages (B,) float32, old_logprobs (B, W) float32, optional ref_logprobs (B, W), positions (B, T).
+  W = T covers the whole sequence; W < T covers its last W columns only (see `loss_window`), which
+  saves the LM head's (B, T, V) activations over prompt positions.
 """
 from __future__ import annotations
 
@@ -90,12 +92,20 @@ def init_train_state(params, cfg: TrainConfig, optimizer: optax.GradientTransfor
   return params, (optimizer or make_optimizer(cfg)).init(params)
 
 
-def _apply_model(graphdef, params, cfg_overrides: dict, batch) -> jnp.ndarray:
+def _apply_model(graphdef, params, cfg_overrides: dict, batch, logits_from: int = 0) -> jnp.ndarray:
   model = nnx.merge(graphdef, params)
   if cfg_overrides:
     # Compute dtype and remat are read from the config at call time, so overriding it is enough.
     model.config = model.config.replace(**cfg_overrides)
-  return model(batch["tokens"], attention_mask=batch["attention_mask"], positions=batch.get("positions"))
+  return model(batch["tokens"], attention_mask=batch["attention_mask"], positions=batch.get("positions"),
+               logits_from=logits_from)
+
+
+def loss_window(batch) -> int:
+  """Where the per-token arrays start. loss_mask / old_logprobs (/ ref_logprobs) may cover only the
+  last W columns of tokens (W = their width): then logits are computed for those columns only, with
+  the same alignment (column 0 of the window is a predictor-only position and is never a target)."""
+  return batch["tokens"].shape[-1] - batch["loss_mask"].shape[-1]
 
 
 def _overrides(compute_dtype: str | None, remat: bool | None) -> dict:
@@ -143,9 +153,10 @@ def make_train_step(graphdef, cfg: TrainConfig, *, optimizer: optax.GradientTran
                      entropy_coef=cfg.entropy_coef, kl_coef=cfg.kl_coef, temperature=cfg.temperature)
 
   def micro_loss(params, mb, weight):
-    logits = _apply_model(graphdef, params, overrides, mb)
+    start = loss_window(mb)
+    logits = _apply_model(graphdef, params, overrides, mb, logits_from=start)
     loss, metrics = losses.policy_gradient_loss(
-        logits, mb["tokens"], mb["loss_mask"], mb["advantages"], mb["old_logprobs"],
+        logits, mb["tokens"][:, start:], mb["loss_mask"], mb["advantages"], mb["old_logprobs"],
         ref_logprobs=mb.get("ref_logprobs"), **loss_kwargs)
     return weight * loss, (loss, metrics)
 

@@ -56,7 +56,7 @@ def sample(graphdef, params, tokenizer, prompts: Sequence[str], config, key, *, 
 def rows_to_batch(rows: Sequence[Row], pad_id: int, micro_batch_size: int, max_len: int | None = None):
   """Packed arrays plus per-row advantages (TRR++ over (group, role) unless rows carry their own)."""
   packed = pack([r.prompt_ids for r in rows], [r.completion_ids for r in rows], pad_id,
-                [r.logprobs for r in rows], row_multiple=micro_batch_size, max_len=max_len)
+                [r.logprobs for r in rows], row_multiple=micro_batch_size, max_len=max_len, completion_window=True)
   if all(r.advantage is not None for r in rows):
     adv = np.asarray([r.advantage for r in rows], np.float32)
   else:

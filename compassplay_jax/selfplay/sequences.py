@@ -1,8 +1,14 @@
 """Packing (prompt, completion) token lists into the padded arrays the train and reward steps take.
 
-Layout (right padding): tokens[b] = prompt + completion + pad. `loss_mask[b, t] = 1` marks completion
-tokens, i.e. targets predicted from position t-1. `old_logprobs[b, t]` is the sampler's log-prob of
-tokens[b, t] (0 elsewhere). Shapes are rounded up to buckets so a run compiles a few shapes only.
+Two layouts:
+  * full (rewards): tokens[b] = prompt + completion + right padding; loss_mask and old_logprobs are
+    (B, T), with loss_mask[b, t] = 1 where token t is a completion token.
+  * completion window (policy update): prompts are left-padded so every completion starts at the
+    same column P; tokens (B, P + C). loss_mask and old_logprobs cover only the last C + 1 columns
+    (column 0 of the window, the last prompt token, predicts the first completion token and is never
+    a target), so the train step computes LM-head logits for C + 1 positions instead of P + C.
+`old_logprobs[., t]` is the sampler's log-prob of the token in that column. Lengths are rounded up
+to buckets so a run compiles a few shapes only.
 """
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-LENGTH_BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+LENGTH_BUCKETS = (32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
 
 
 def bucket(n: int, buckets: Sequence[int] = LENGTH_BUCKETS) -> int:
@@ -25,8 +31,8 @@ def bucket(n: int, buckets: Sequence[int] = LENGTH_BUCKETS) -> int:
 class PackedBatch:
   tokens: np.ndarray          # (B, T) int32
   attention_mask: np.ndarray  # (B, T) int32, 1 on real tokens
-  loss_mask: np.ndarray       # (B, T) float32, 1 on completion tokens
-  old_logprobs: np.ndarray    # (B, T) float32
+  loss_mask: np.ndarray       # (B, T) or (B, C + 1) float32, 1 on completion tokens
+  old_logprobs: np.ndarray    # same shape as loss_mask, float32
   num_rows: int               # rows before padding the batch dimension
 
   def as_dict(self) -> dict[str, np.ndarray]:
@@ -34,32 +40,45 @@ class PackedBatch:
             "old_logprobs": self.old_logprobs}
 
 
+def _truncate(p, c, lp, max_len):
+  """Over-long rows keep the prompt's end and the completion's start (the completion carries the
+  loss, and keeps at least half the budget)."""
+  if max_len is None or len(p) + len(c) <= max_len:
+    return p, c, lp
+  c = c[:max(max_len - len(p), max_len // 2)]
+  return p[len(p) - (max_len - len(c)):], c, lp[:len(c)]
+
+
 def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int,
          logprobs: Sequence[Sequence[float]] | None = None, *, row_multiple: int = 1,
-         max_len: int | None = None) -> PackedBatch:
-  """Right-padded arrays for rows prompt_i + completion_i. Over-long rows keep their prompt's end and
-  the completion's start (the completion carries the loss). Padding rows have all-zero masks."""
+         max_len: int | None = None, completion_window: bool = False) -> PackedBatch:
+  """Padded arrays for rows prompt_i + completion_i (layouts in the module docstring). Padding rows
+  have all-zero masks."""
   if len(prompts) != len(completions):
     raise ValueError(f"pack: {len(prompts)} prompts but {len(completions)} completions")
   rows = []
   for i, (p, c) in enumerate(zip(prompts, completions)):
-    p, c = list(p), list(c)
     lp = list(logprobs[i]) if logprobs is not None else [0.0] * len(c)
-    if max_len is not None and len(p) + len(c) > max_len:
-      c = c[:max(max_len - len(p), max_len // 2)]  # the completion keeps at least half the budget
-      lp = lp[:len(c)]
-      p = p[len(p) - (max_len - len(c)):]
-    rows.append((p, c, lp))
-  length = bucket(max(len(p) + len(c) for p, c, _ in rows) if rows else 1)
+    rows.append(_truncate(list(p), list(c), lp, max_len))
   n = len(rows)
   b = max(row_multiple, int(np.ceil(max(n, 1) / row_multiple) * row_multiple))
+  if completion_window:
+    prompt_len = bucket(max((len(p) for p, _, _ in rows), default=1))
+    window = bucket(max((len(c) for _, c, _ in rows), default=1)) + 1
+    length = prompt_len + window - 1
+  else:
+    length = bucket(max((len(p) + len(c) for p, c, _ in rows), default=1))
+    window = length
   tokens = np.full((b, length), pad_id, np.int32)
   attention = np.zeros((b, length), np.int32)
-  loss = np.zeros((b, length), np.float32)
-  old = np.zeros((b, length), np.float32)
+  loss = np.zeros((b, window), np.float32)
+  old = np.zeros((b, window), np.float32)
   for r, (p, c, lp) in enumerate(rows):
-    tokens[r, :len(p) + len(c)] = p + c
-    attention[r, :len(p) + len(c)] = 1
-    loss[r, len(p):len(p) + len(c)] = 1.0
-    old[r, len(p):len(p) + len(lp)] = lp
+    start = prompt_len - len(p) if completion_window else 0  # column of the first prompt token
+    end = start + len(p) + len(c)
+    tokens[r, start:end] = p + c
+    attention[r, start:end] = 1
+    first = start + len(p) - (length - window)  # the first completion token, in window columns
+    loss[r, first:first + len(c)] = 1.0
+    old[r, first:first + len(lp)] = lp
   return PackedBatch(tokens, attention, loss, old, n)

@@ -56,3 +56,11 @@ def test_unknown_name_and_missing_inputs_raise():
     rewards("nope")
   with pytest.raises(ValueError, match="jaccard_to_seed"):
     rewards("novelty_only", jaccard_to_seed=None)
+
+
+def test_novelty_rewards_take_the_token_jaccard_of_novelty_py():
+  novelty = pytest.importorskip("compassplay_jax.rewards.novelty")
+  seed, cand = "def f(x):\n    return x + 1", "def g(y):\n    return y * 2 + 1"
+  j = novelty.token_jaccard(cand, seed)
+  r = proposer_rewards("compassplay_cos_novelty", cosines=[0.5], solve_rates=[0.5], jaccard_to_seed=[j])
+  np.testing.assert_allclose(r, [0.5 * novelty.novelty(cand, seed)], rtol=1e-6)

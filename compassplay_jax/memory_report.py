@@ -82,9 +82,10 @@ def _compiled_memory(compiled) -> dict[str, int]:
     return {}
   names = ("argument_size_in_bytes", "output_size_in_bytes", "alias_size_in_bytes", "temp_size_in_bytes")
   out = {name.replace("_size_in_bytes", ""): int(getattr(stats, name, 0) or 0) for name in names}
-  # TPU reports its own peak (its temp figure can read 0); elsewhere live = args + outputs - aliased + temps.
-  out["peak"] = int(getattr(stats, "peak_memory_in_bytes", 0) or 0) or (
-      out["argument"] + out["output"] - out["alias"] + out["temp"])
+  # Live bytes = args + outputs - donated + temps. TPU also reports its own peak (its temp figure can
+  # read 0); CPU's peak_memory_in_bytes leaves temps out, so take the larger of the two.
+  out["peak"] = max(int(getattr(stats, "peak_memory_in_bytes", 0) or 0),
+                    out["argument"] + out["output"] - out["alias"] + out["temp"])
   return out
 
 

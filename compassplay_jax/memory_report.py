@@ -132,12 +132,19 @@ def compile_train_step(cfg: ModelConfig, mesh, work: Workload, train_cfg=None):
   return step.lower(params, opt_state, batch, key).compile(), (params, opt_state)
 
 
+def reward_abstract_params(cfg: ModelConfig, mesh):
+  """The model's params (cfg.param_dtype) as sharded ShapeDtypeStructs; g_ref has the same layout."""
+  from compassplay_jax.models import hf_io
+  _, params = hf_io.abstract_model(cfg)
+  return sharding_lib.abstract_sharded(params, sharding_lib.tree_shardings(params, mesh, cfg.head_dim))
+
+
 def compile_reward_step(cfg: ModelConfig, mesh, work: Workload, method: str = "fused"):
   """The compiled reward step (g_ref over the reference set, then the candidates' cosines)."""
   from compassplay_jax.models import hf_io
-  graphdef, params = hf_io.abstract_model(cfg)
-  p_sh = sharding_lib.tree_shardings(params, mesh, cfg.head_dim)
-  params = sharding_lib.abstract_sharded(params, p_sh)
+  graphdef, _ = hf_io.abstract_model(cfg)
+  params = reward_abstract_params(cfg, mesh)
+  p_sh = jax.tree.map(lambda x: x.sharding, params)
   ref_batch, _ = _abstract_batch(mesh, work.reference_size, work.seq_len)
   cand_batch, bs1 = _abstract_batch(mesh, work.reward_candidates, work.seq_len)
   fn = reward_step_fn(graphdef, method, work.reward_micro_batch)
@@ -160,10 +167,26 @@ def reward_step_fn(graphdef, method: str, micro_batch: int):
   return fn
 
 
+def _compile_or_oom(compile_fn):
+  """(compiled step's figures, its abstract inputs); a compiler out-of-memory verdict is a result too.
+
+  The TPU compiler refuses programs that cannot fit its HBM; we record that as {"oom": message}.
+  """
+  try:
+    compiled, inputs = compile_fn()
+  except jax.errors.JaxRuntimeError as e:
+    if "RESOURCE_EXHAUSTED" not in str(e):
+      raise
+    return {"oom": str(e).split("RESOURCE_EXHAUSTED:")[-1].strip()}, None
+  return _compiled_memory(compiled), inputs
+
+
 def report(cfg: ModelConfig, mesh, work: Workload, reward_method: str = "fused", train_cfg=None) -> dict[str, Any]:
   """Per-device bytes: params, optimizer state, reference gradient, and each step's XLA figures."""
-  train, (params, opt_state) = compile_train_step(cfg, mesh, work, train_cfg)
-  reward, reward_params = compile_reward_step(cfg, mesh, work, reward_method)
+  train, _ = _compile_or_oom(lambda: compile_train_step(cfg, mesh, work, train_cfg))
+  reward, _ = _compile_or_oom(lambda: compile_reward_step(cfg, mesh, work, reward_method))
+  _, params, opt_state, _, _, _ = abstract_train_state(cfg, mesh, train_cfg)
+  reward_params = reward_abstract_params(cfg, mesh)
   return {
       "model": work.model,
       "mesh": sharding_lib.mesh_summary(mesh),
@@ -172,8 +195,8 @@ def report(cfg: ModelConfig, mesh, work: Workload, reward_method: str = "fused",
       "opt_state": per_device_bytes(opt_state),
       # g_ref has the reward params' shapes, dtype and shardings (it is their gradient).
       "ref_grad": per_device_bytes(reward_params),
-      "train": _compiled_memory(train),
-      "reward": _compiled_memory(reward),
+      "train": train,
+      "reward": reward,
   }
 
 
@@ -189,7 +212,11 @@ def format_table(rows: list[dict[str, Any]]) -> str:
             "| reward peak |\n|---|---|---|---|---|---|---|---|---|")
   lines = [header]
   for r in rows:
-    cells = [r["params"], r["opt_state"], r["ref_grad"], r["train"].get("temp", 0), r["train"].get("peak", 0),
-             r["reward"].get("temp", 0), r["reward"].get("peak", 0)]
-    lines.append(f"| {r['model']} | {r['mesh']} | " + " | ".join(_size(c) for c in cells) + " |")
+    cells = [_size(r["params"]), _size(r["opt_state"]), _size(r["ref_grad"])]
+    for step in ("train", "reward"):
+      if "oom" in r[step]:
+        cells += ["does not fit", "compiler: out of memory"]
+      else:
+        cells += [_size(r[step]["temp"]), _size(r[step]["peak"])]
+    lines.append(f"| {r['model']} | {r['mesh']} | " + " | ".join(cells) + " |")
   return "\n".join(lines)

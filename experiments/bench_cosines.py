@@ -6,7 +6,8 @@ Reports, per (model, N, T): XLA's compiled FLOPs and compiled peak memory (argum
 temporaries; compile only, stable across machines) and, for cells whose work fits the time budget,
 wall time from one run. Weights are random (timing and memory do not depend on them).
 
-  python3 experiments/bench_cosines.py --out bench_cosines.jsonl   # ~15 min on 2 CPU cores
+  python3 experiments/bench_cosines.py --out bench_cosines.jsonl   # 27 min on 2 busy CPU cores
+  python3 experiments/bench_cosines.py --table bench_cosines.jsonl  # the docs table
 
 FLOP notes: XLA's cost analysis counts a loop body once, so (i) and (ii) are reported as N x the
 FLOPs of one candidate's grad + reduction (the same arithmetic), and (iii) as the FLOPs of the

@@ -88,6 +88,12 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.coding.buffer_cap = 16384
   config.coding.seed_dir = ""
   config.coding.seed_limit = 256
+  config.coding.prompt_style = "chat"  # "plain": AZR's R1 text ending in "Assistant: <think>"; "chat": chat template
+  # Response scaffolds for small models ("" = off, the AZR format). The proposer's turn starts with
+  # proposer_prefix; with input_scaffold the program and its input are decoded as two segments.
+  config.coding.proposer_prefix = ""
+  config.coding.input_scaffold = ""
+  config.coding.solver_prefix = ""  # {block}: output | input | python, by task type
 
   config.lean = ml_collections.ConfigDict()
   config.lean.command = "lake env repl"

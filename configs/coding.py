@@ -32,6 +32,7 @@ def get_config(arg: str = ""):
   c.buffer_cap = 16384  # AZR: max_programs = 16384, keeps the oldest (§5.4)
   c.seed_dir = "../shared/data/azr_seed"  # AZR's released seed buffers; "" = identity-program bootstrap
   c.seed_limit = 256  # AZR: 256 seed triplets for 7B coder (§5.4)
+  c.prompt_style = "plain"  # AZR: the R1 template as plain text, ending "Assistant: <think>" (§1.1)
 
   s = config.sampling
   s.temperature = 1.0  # AZR: T = 1.0, top_p = 1, top_k = -1 (§5.4)
@@ -80,14 +81,23 @@ def _demo(config):
   c.induction_inputs = 4
   c.solve_samples = 4
   c.seed_dir = ""  # identity-program bootstrap, as AZR does without seed files
+  c.prompt_style = "chat"
+  # A 135M model rarely writes AZR's whole format; scaffolds let it fill in the program, the input
+  # and the answer (measured: without them no demo proposal was valid).
+  c.proposer_prefix = "<think>\nA short function with one argument.\n</think>\n<answer>\n```python\ndef f("
+  c.input_scaffold = "\n```input\n"
+  c.solver_prefix = "<think>\nLet me trace the code.\n</think>\n<answer>\n```{block}\n"
   s = config.sampling
   s.max_new_tokens = 160
   s.max_prompt_tokens = 1024
   config.reward.reference_path = "builtin:math_mini"  # the small committed MATH-style set
   config.reward.reference_size = 8
   config.train.learning_rate = 1e-5
-  config.train.micro_batch_size = 4  # bounds the (rows, completion, vocab) logits on a laptop
-  config.reward.micro_batch_size = 2
+  # Rows per forward/backward. Measured: one fwd+bwd of SmolLM2 on 4 rows of 768 tokens compiles to
+  # 14 GB of temporaries on CPU (mostly per-layer (rows, heads, T, T) attention), remat or not; one
+  # row at a time keeps a 2-core, 16-24 GB machine well inside its memory.
+  config.train.micro_batch_size = 1
+  config.reward.micro_batch_size = 1
   config.checkpoint.every_steps = 1
   config.eval.every_steps = 0  # evaluation off in the demo (run compassplay_jax.evaluate separately)
   config.sandbox.num_workers = 2

@@ -4,9 +4,12 @@ import pathlib
 
 import pytest
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# A persistent compilation cache shared by the test processes (and their subprocesses): the same
+# small programs are compiled by many tests.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(REPO_ROOT / ".jax_cache"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1")
 SHARED_DATA = pathlib.Path(os.environ.get("COMPASSPLAY_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 

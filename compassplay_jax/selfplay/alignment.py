@@ -13,7 +13,7 @@ from compassplay_jax.rewards.cosines import gradient_cosines_jit
 from compassplay_jax.rewards.reference import reference_gradient_jit
 from compassplay_jax.selfplay.sequences import PackedBatch, pack
 
-_CANDIDATE_ROWS = (4, 8, 16, 32, 64, 128, 256, 512)  # padded candidate counts: few compilations
+_CANDIDATE_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # padded candidate counts: few compilations
 
 
 def pack_reference(tokenizer, prompts: Sequence[str], solutions: Sequence[str], max_len: int) -> PackedBatch:
@@ -30,19 +30,22 @@ def reference_gradient(graphdef, params, reference: PackedBatch, micro_batch: in
 
 
 def candidate_cosines(graphdef, params, g_ref, prompt_ids, solution_ids, pad_id: int, *, method: str,
-                      chunk_size: int, max_len: int) -> dict[str, np.ndarray]:
-  """Cosines (and raw inner products / squared norms) of each candidate's loss gradient with g_ref."""
+                      chunk_size: int, max_len: int, micro_batch: int = 8) -> dict[str, np.ndarray]:
+  """Cosines (and raw inner products / squared norms) of each candidate's loss gradient with g_ref.
+
+  Candidates go through the fused (or direct) pass `micro_batch` at a time: its activation memory
+  grows with candidates x length^2 (attention), so the caller bounds it here.
+  """
   n = len(prompt_ids)
-  if n == 0:
-    empty = np.zeros((0,), np.float32)
-    return {"cosines": empty, "inner_products": empty, "sq_norms": empty}
-  rows = next((r for r in _CANDIDATE_ROWS if r >= n), int(np.ceil(n / 512) * 512))
+  out = {"cosines": [], "inner_products": [], "sq_norms": []}
   packed = pack(prompt_ids, solution_ids, pad_id, max_len=max_len)
-  extra = rows - packed.tokens.shape[0]  # padding rows: no loss tokens, cosine 0, ignored
-  tokens = np.pad(packed.tokens, ((0, extra), (0, 0)), constant_values=pad_id)
-  loss_mask = np.pad(packed.loss_mask, ((0, extra), (0, 0)))
-  attention = np.pad(packed.attention_mask, ((0, extra), (0, 0)))
-  result = gradient_cosines_jit(graphdef, params, g_ref, tokens, loss_mask, attention, method=method,
-                                chunk_size=chunk_size)
-  return {"cosines": np.asarray(result.cosines)[:n], "inner_products": np.asarray(result.inner_products)[:n],
-          "sq_norms": np.asarray(result.sq_norms)[:n]}
+  rows = next((r for r in _CANDIDATE_ROWS if r >= min(n, micro_batch)), micro_batch)  # few compiled shapes
+  for start in range(0, n, rows):
+    end = min(start + rows, n)
+    extra = rows - (end - start)  # padding rows: no loss tokens, cosine 0, dropped below
+    arrays = [np.pad(a[start:end], ((0, extra), (0, 0)), constant_values=c)
+              for a, c in ((packed.tokens, pad_id), (packed.loss_mask, 0), (packed.attention_mask, 0))]
+    result = gradient_cosines_jit(graphdef, params, g_ref, *arrays, method=method, chunk_size=chunk_size)
+    for key in out:
+      out[key].append(np.asarray(getattr(result, key))[:end - start])
+  return {k: np.concatenate(v) if v else np.zeros((0,), np.float32) for k, v in out.items()}

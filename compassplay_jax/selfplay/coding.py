@@ -32,6 +32,7 @@ from compassplay_jax.selfplay.reference_set import load_reference_set
 from compassplay_jax.selfplay.rollout import Row, reward_config, sample, split_key
 
 STOP = ("</answer>",)
+FENCE = "```"
 COS_REWARDS = ("compassplay_cos", "compassplay_cos_novelty", "cos")
 _CHAT_SUFFIX = "\nAssistant: <think>"
 
@@ -80,7 +81,7 @@ class CodingSelfPlay:
       self.buffers = buffers_lib.load_azr_seed_dir(resolve_path(c.seed_dir), cap=c.buffer_cap, limit=c.seed_limit)
     else:
       self.buffers = buffers_lib.seeded_buffers(cap=c.buffer_cap)
-    self.style = config.coding.get("prompt_style", "chat")
+    self.style = config.coding.prompt_style
     self.table = TABLES["azr_code"]
     self.reference = None
     if config.reward.name in COS_REWARDS:
@@ -124,6 +125,46 @@ class CodingSelfPlay:
         references.append([r.program for r in refs])
     return [render(self.tokenizer, t, self.style) for t in texts], programs, references
 
+  def _propose(self, graphdef, params, task_type, prompts_text, key):
+    """Proposer responses -> (full response texts, per-response list of (prompt, tokens, logprobs) segments).
+
+    With coding.input_scaffold (small models), decoding runs in two segments: the program after
+    coding.proposer_prefix up to its closing fence, then the scaffold (e.g. an ```input fence) and the
+    input. Each segment is a sampled continuation of its own context and trains as its own row.
+    """
+    c, cfg = self.config.coding, self.config
+    scaffolded = bool(c.input_scaffold) and task_type != tasks.INDUCTION  # induction writes inputs, not code
+    prefix = c.proposer_prefix if scaffolded or task_type != tasks.INDUCTION else ""
+    if not scaffolded:
+      gen = sample(graphdef, params, self.tokenizer, [p + prefix for p in prompts_text], cfg, key, stop_strings=STOP)
+      segments = [[(gen.prompt_tokens[j], gen.tokens[j], gen.logprobs[j])] for j in range(len(prompts_text))]
+      return [prefix + t for t in gen.texts], segments, int(np.sum(gen.lengths))
+    k1, k2 = split_key(key, 2)
+    first = sample(graphdef, params, self.tokenizer, [p + prefix for p in prompts_text], cfg, k1, stop_strings=(FENCE,))
+    contexts = [p + prefix + t + c.input_scaffold for p, t in zip(prompts_text, first.texts)]
+    second = sample(graphdef, params, self.tokenizer, contexts, cfg, k2, stop_strings=(FENCE,))
+    texts = [prefix + t1 + c.input_scaffold + t2 + "\n</answer>" for t1, t2 in zip(first.texts, second.texts)]
+    segments = [[(g.prompt_tokens[j], g.tokens[j], g.logprobs[j]) for g in (first, second)]
+                for j in range(len(prompts_text))]
+    return texts, segments, int(np.sum(first.lengths) + np.sum(second.lengths))
+
+  def _solver_prefix(self, task) -> str:
+    """coding.solver_prefix with {block} = the answer fence the task type expects."""
+    block = {tasks.DEDUCTION: "output", tasks.ABDUCTION: "input", tasks.INDUCTION: "python"}[task.type]
+    return self.config.coding.solver_prefix.format(block=block)
+
+  def _solve(self, graphdef, params, task_list, key, n_samples):
+    """Solver responses (n_samples per task, task-major): (generation, full response texts)."""
+    prefixes = [self._solver_prefix(t) for t in task_list]
+    prompts_text = [render(self.tokenizer, prompts.solver_prompt(t), self.style) + pre
+                    for t, pre in zip(task_list, prefixes)]
+    stops = (FENCE,) if self.config.coding.solver_prefix else STOP
+    gen = sample(graphdef, params, self.tokenizer, prompts_text, self.config, key, n_samples=n_samples,
+                 stop_strings=stops)
+    suffix = "\n</answer>" if self.config.coding.solver_prefix else ""
+    texts = [prefixes[r // n_samples] + t + suffix for r, t in enumerate(gen.texts)]
+    return gen, texts
+
   def collect(self, graphdef, params, step: int, key) -> tuple[list[Row], dict[str, float]]:
     cfg, c = self.config, self.config.coding
     rng = random.Random(f"{cfg.seed}:{step}")
@@ -145,14 +186,14 @@ class CodingSelfPlay:
       # 2. proposals
       prop_prompts, programs, references = self._proposer_prompts(task_type, rng)
       t0 = time.time()
-      gen = sample(graphdef, params, self.tokenizer, prop_prompts, cfg, k_prop, stop_strings=STOP)
+      responses, segments, n_tokens = self._propose(graphdef, params, task_type, prop_prompts, k_prop)
       timings["generate"] += time.time() - t0
-      gen_tokens += int(np.sum(gen.lengths))
+      gen_tokens += n_tokens
       t0 = time.time()
       outcomes = [validation.validate_proposal(self.pool, task_type, text, source_program=prog,
                                                num_inputs=c.induction_inputs)
-                  for text, prog in zip(gen.texts, programs)]
-      formats = [parsing.format_ok(text, opens_think) for text in gen.texts]
+                  for text, prog in zip(responses, programs)]
+      formats = [parsing.format_ok(text, opens_think) for text in responses]
       timings["sandbox"] += time.time() - t0
       valid_idx = [j for j, (ok, _, _) in enumerate(outcomes) if ok]
 
@@ -161,17 +202,16 @@ class CodingSelfPlay:
       first_correct: dict[int, int] = {}
       solve_gen = None
       if valid_idx:
-        solve_prompts = [render(self.tokenizer, prompts.solver_prompt(outcomes[j][2]), self.style) for j in valid_idx]
         t0 = time.time()
-        solve_gen = sample(graphdef, params, self.tokenizer, solve_prompts, cfg, k_solve,
-                           n_samples=c.solve_samples, stop_strings=STOP)
+        solve_gen, solve_texts = self._solve(graphdef, params, [outcomes[j][2] for j in valid_idx], k_solve,
+                                             c.solve_samples)
         timings["generate"] += time.time() - t0
         gen_tokens += int(np.sum(solve_gen.lengths))
         t0 = time.time()
         items = []
         for v, j in enumerate(valid_idx):
           task = outcomes[j][2]
-          texts = solve_gen.texts[v * c.solve_samples:(v + 1) * c.solve_samples]
+          texts = solve_texts[v * c.solve_samples:(v + 1) * c.solve_samples]
           items.append((task, [checking.extract_solver_answer(task, t) for t in texts]))
         verdicts = checking.check_many(self.pool, items)
         timings["sandbox"] += time.time() - t0
@@ -191,14 +231,14 @@ class CodingSelfPlay:
         cos = alignment.candidate_cosines(
             graphdef, params, g_ref, [solve_gen.prompt_tokens[first_correct[j]] for j in verified],
             [solve_gen.tokens[first_correct[j]] for j in verified], self.tokenizer.pad_token_id,
-            method=cfg.reward.method, chunk_size=cfg.reward.chunk_size,
+            method=cfg.reward.method, chunk_size=cfg.reward.chunk_size, micro_batch=cfg.reward.micro_batch_size,
             max_len=cfg.sampling.max_prompt_tokens + cfg.reward.max_completion_tokens)
         cosines[verified] = cos["cosines"]
         if eligible:
           metrics[f"{task_type}/cos_eligible_mean"] = float(np.mean(cosines[eligible]))
         metrics[f"{task_type}/cos_verified_mean"] = float(np.mean(cos["cosines"]))
       candidates = [outcomes[j][2].program if outcomes[j][2] else parsing.extract_answer(t)
-                    for j, t in enumerate(gen.texts)]
+                    for j, t in enumerate(responses)]
       jaccard = np.asarray([max((novelty.token_jaccard(cand, ref, language="python") for ref in refs), default=0.0)
                             for cand, refs in zip(candidates, references)], np.float32)
       rewards = np.asarray(proposer_rewards(
@@ -206,7 +246,8 @@ class CodingSelfPlay:
           jaccard_to_seed=jaccard, config=reward_config(cfg.reward)), np.float32)
       timings["reward"] += time.time() - t0
       for j in range(len(outcomes)):
-        rows.append(Row(gen.prompt_tokens[j], gen.tokens[j], gen.logprobs[j], float(rewards[j]), task_type, "proposer"))
+        for prompt_ids, tokens, logprobs in segments[j]:
+          rows.append(Row(prompt_ids, tokens, logprobs, float(rewards[j]), task_type, "proposer"))
 
       # 5. buffers
       for j in valid_idx:
@@ -220,16 +261,15 @@ class CodingSelfPlay:
       # 6. solver rollouts
       solver_rewards = []
       if solver_tasks:
-        pred_prompts = [render(self.tokenizer, prompts.solver_prompt(t), self.style) for t in solver_tasks]
         t0 = time.time()
-        pred = sample(graphdef, params, self.tokenizer, pred_prompts, cfg, k_pred, stop_strings=STOP)
+        pred, pred_texts = self._solve(graphdef, params, solver_tasks, k_pred, 1)
         timings["generate"] += time.time() - t0
         gen_tokens += int(np.sum(pred.lengths))
         t0 = time.time()
         verdicts = checking.check_many(self.pool, [(t, [checking.extract_solver_answer(t, text)])
-                                                   for t, text in zip(solver_tasks, pred.texts)])
+                                                   for t, text in zip(solver_tasks, pred_texts)])
         timings["sandbox"] += time.time() - t0
-        for r, (t, text) in enumerate(zip(solver_tasks, pred.texts)):
+        for r, (t, text) in enumerate(zip(solver_tasks, pred_texts)):
           reward = self.table.solver(parsing.format_ok(text, opens_think), verdicts[r][0])
           solver_rewards.append(reward)
           rows.append(Row(pred.prompt_tokens[r], pred.tokens[r], pred.logprobs[r], reward, task_type, "solver"))

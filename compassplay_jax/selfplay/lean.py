@@ -237,5 +237,5 @@ class LeanSelfPlay:
     j = problem * cfg.lean.proofs_per_problem + verdict.index(True)
     cos = alignment.candidate_cosines(graphdef, params, g_ref, [prove_gen.prompt_tokens[j]], [prove_gen.tokens[j]],
                                       tok.pad_token_id, method=cfg.reward.method, chunk_size=cfg.reward.chunk_size,
-                                      max_len=max_len)
+                                      micro_batch=cfg.reward.micro_batch_size, max_len=max_len)
     return float(cos["cosines"][0])

@@ -152,3 +152,24 @@ def test_kill_and_resume_is_bitwise_identical(tmp_path):
   assert extra_a["selfplay"] == extra_b["selfplay"]
   steps = [json.loads(l)["step"] for l in (interrupted / "metrics.jsonl").read_text().splitlines()]
   assert steps == [1, 2, 3, 4]  # no lost or repeated step in the metrics either
+
+
+@pytest.mark.slow
+def test_coding_tiny_on_a_2x2x2_mesh_matches_one_device(tmp_path):
+  """The run loop on 8 simulated devices (data, fsdp, tensor) = (2, 2, 2): sharded sampler and train
+  step give the metrics of the single-device run."""
+  import os
+  overrides = {"steps": 1, "train.micro_batch_size": 4}
+  config = _config("coding:tiny", **overrides)
+  run(config, tmp_path / "one")
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+  result = subprocess.run([sys.executable, "-m", "compassplay_jax.main", "--config=configs/coding.py:tiny",
+                           "--config.steps=1", "--config.train.micro_batch_size=4", "--config.mesh.data=2",
+                           "--config.mesh.fsdp=2", "--config.mesh.tensor=2", f"--workdir={tmp_path / 'mesh'}"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "mesh" in result.stdout
+  one = json.loads((tmp_path / "one" / "metrics.jsonl").read_text().splitlines()[0])
+  mesh = json.loads((tmp_path / "mesh" / "metrics.jsonl").read_text().splitlines()[0])
+  for key in ("train/loss", "train/grad_norm", "train/entropy", "tokens/generated", "reward/proposer"):
+    assert mesh[key] == pytest.approx(one[key], rel=1e-5, abs=1e-6), key

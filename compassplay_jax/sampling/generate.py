@@ -62,10 +62,10 @@ def _pad_id(tokenizer, eos_ids) -> int:
 
 
 def _run_micro_batch(graphdef, params, mb: batching.MicroBatch, key, config: SamplingConfig,
-                     eos_ids, pad_id, finder: StopFinder):
+                     eos_ids, pad_id, finder: StopFinder, fns=decode):
   """Decodes one micro-batch; returns host arrays (tokens, logprobs, lengths, reasons) per row."""
   static = dict(sampler=config.sampler, eos_ids=eos_ids, pad_id=pad_id)
-  state = decode.prefill(graphdef, params, jnp.asarray(mb.input_ids), jnp.asarray(mb.mask),
+  state = fns.prefill(graphdef, params, jnp.asarray(mb.input_ids), jnp.asarray(mb.mask),
                          jnp.asarray(mb.prompt_index), jnp.asarray(mb.live), key,
                          n_samples=config.n_samples, max_new_tokens=config.max_new_tokens, **static)
   n, rows = config.max_new_tokens, mb.input_ids.shape[0] * config.n_samples
@@ -75,7 +75,7 @@ def _run_micro_batch(graphdef, params, mb: batching.MicroBatch, key, config: Sam
   checked = 0
   while True:
     step = int(state.step)
-    state = decode.decode(graphdef, params, state, jnp.int32(min(n, step + chunk)), jnp.asarray(host_done),
+    state = fns.decode(graphdef, params, state, jnp.int32(min(n, step + chunk)), jnp.asarray(host_done),
                           **static)
     step = int(state.step)
     done = np.asarray(state.done)
@@ -97,12 +97,14 @@ def _run_micro_batch(graphdef, params, mb: batching.MicroBatch, key, config: Sam
 
 
 def generate(graphdef, params, tokenizer, prompts: Sequence[str] | Sequence[Sequence[int]],
-             config: SamplingConfig, key) -> GenerationResult:
+             config: SamplingConfig, key, device_fns=None) -> GenerationResult:
   """Samples `config.n_samples` completions for each prompt (text or token ids).
 
   graphdef, params: `nnx.split(model)`; params may be sharded over a mesh. key: a PRNG key (or int
   seed); the draws of (prompt i, sample j) depend only on (key, i, j), not on batching.
   tokenizer may be None for id prompts without stop strings (eos_ids must then be in config).
+  device_fns: an object with `prefill` and `decode` like `decode`'s, e.g. `sharding.ShardedSampler(mesh)`
+  to run them with explicit shardings on a mesh; None uses the plain jitted ones.
   """
   if not prompts:
     raise ValueError("prompts is empty")
@@ -117,7 +119,7 @@ def generate(graphdef, params, tokenizer, prompts: Sequence[str] | Sequence[Sequ
   out_len, out_reason = np.zeros((n_rows,), np.int32), [None] * n_rows
   for mb in batching.plan(prompt_ids, model_cfg, config, pad_id):
     tokens, logprobs, lengths, reasons = _run_micro_batch(graphdef, params, mb, key, config, eos_ids, pad_id,
-                                                          finder)
+                                                          finder, device_fns or decode)
     for p in np.flatnonzero(mb.live):
       for j in range(config.n_samples):
         r, g = p * config.n_samples + j, int(mb.prompt_index[p]) * config.n_samples + j

@@ -45,12 +45,17 @@ def truncate_prompt(tokenizer, text: str, max_tokens: int) -> list[int]:
   return ids[-max_tokens:]
 
 
+# Set by the run loop on a multi-device mesh (sharding.ShardedSampler): prefill/decode with explicit
+# shardings. None: the plain jitted functions.
+DEVICE_FNS = None
+
+
 def sample(graphdef, params, tokenizer, prompts: Sequence[str], config, key, *, n_samples: int = 1,
            max_new_tokens: int | None = None, stop_strings: Sequence[str] = ()):
   """Generation for text prompts (capped at config.sampling.max_prompt_tokens)."""
   ids = [truncate_prompt(tokenizer, p, config.sampling.max_prompt_tokens) for p in prompts]
   cfg = sampling_config(config, n_samples=n_samples, max_new_tokens=max_new_tokens, stop_strings=stop_strings)
-  return generate(graphdef, params, tokenizer, ids, cfg, key)
+  return generate(graphdef, params, tokenizer, ids, cfg, key, device_fns=DEVICE_FNS)
 
 
 def rows_to_batch(rows: Sequence[Row], pad_id: int, micro_batch_size: int, max_len: int | None = None):

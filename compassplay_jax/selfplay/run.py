@@ -32,10 +32,28 @@ SUMMARY_KEYS = [("proposer", "reward/proposer"), ("solver", "reward/solver"), ("
                 ("tok/s", "tokens_per_s"), ("s", "time/step")]
 
 
-def build_model(config):
-  """(model, tokenizer) for config.model: a HF directory, a .gguf file, "smollm2-135m", or "tiny"."""
+def build_model(config, mesh=None):
+  """(model, tokenizer) for config.model: a HF directory, a .gguf file, "smollm2-135m", or "tiny".
+
+  With a multi-device mesh, a Hugging Face checkpoint is read straight into its sharded layout (each
+  device's slice from the file); other sources are loaded, then placed by the partition rules.
+  """
   from compassplay_jax import load_model
+  from compassplay_jax import sharding as sh
   m = config.model
+  if mesh is not None and mesh.size > 1:
+    model, tokenizer = build_model(config) if not pathlib.Path(m.path).is_dir() else (None, None)
+    if model is None:
+      from compassplay_jax.models.config import ModelConfig
+      head_dim = ModelConfig.from_hf_dir(m.path).head_dim
+      model, tokenizer = load_model(m.path, dtype=m.dtype, param_dtype=m.param_dtype,
+                                    shardings=sh.loader_shardings(mesh, head_dim))
+    else:
+      graphdef, params = nnx.split(model)
+      model = nnx.merge(graphdef, sh.shard_params(params, mesh, model.config.head_dim))
+    if m.remat:
+      model.config = model.config.replace(remat=True)
+    return model, tokenizer
   if not m.path:
     raise ConfigError("config.model.path: empty; set it to a Hugging Face checkpoint directory "
                       "(e.g. --config.model.path=/models/Qwen2.5-Coder-7B)")
@@ -85,23 +103,35 @@ def make_setting(config, tokenizer, *, validate_only: bool = False):
 
 def run(config, workdir: pathlib.Path) -> dict:
   """Trains for config.steps steps in workdir, resuming from its latest checkpoint. Returns the last metrics."""
+  from compassplay_jax import distributed
+  from compassplay_jax import sharding as sh
+  from compassplay_jax.selfplay import rollout
   t_start = time.time()
   workdir = pathlib.Path(workdir)
   # Everything that can be wrong with the input is checked before any model is loaded.
   make_setting(config, None, validate_only=True)
   ckpt_dir = workdir / "checkpoints"
   workdir.mkdir(parents=True, exist_ok=True)
-  (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
+  if jax.process_index() == 0:
+    (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
   print(f"[compassplay] {config.setting}:{config.variant} -> {workdir}", flush=True)
 
-  model, tokenizer = build_model(config)
+  distributed.initialize()  # multi-host from COMPASSPLAY_* variables; a no-op on one host
+  mesh = sh.make_mesh(config.mesh)
+  if mesh.size > 1:
+    if config.train.micro_batch_size % sh.batch_divisor(mesh):
+      raise ConfigError(f"config.train.micro_batch_size={config.train.micro_batch_size} is not a multiple of "
+                        f"data*fsdp={sh.batch_divisor(mesh)}")
+    print(f"[compassplay] mesh {sh.mesh_summary(mesh)}", flush=True)
+    rollout.DEVICE_FNS = sh.ShardedSampler(mesh)
+  model, tokenizer = build_model(config, mesh)
   setting = make_setting(config, tokenizer)
   try:
     graphdef, params = nnx.split(model)
     del model
     tcfg = train_config(config)
     params, opt_state = init_train_state(params, tcfg)
-    train_step = make_train_step(graphdef, tcfg)
+    train_step = None  # built on the first batch (its shardings need the batch's structure)
     manager = CheckpointManager(ckpt_dir, keep=config.checkpoint.keep, save_every=config.checkpoint.every_steps)
     key = jax.random.key(config.seed)
     start = 0
@@ -124,6 +154,9 @@ def run(config, workdir: pathlib.Path) -> dict:
         batch = rows_to_batch(rows, tokenizer.pad_token_id, config.train.micro_batch_size,
                               max_len=config.sampling.max_prompt_tokens + config.sampling.max_new_tokens)
         t1 = time.time()
+        if train_step is None:
+          train_step = (sh.jit_train_step(graphdef, tcfg, mesh, params, opt_state, batch) if mesh.size > 1
+                        else make_train_step(graphdef, tcfg))
         params, opt_state, train_metrics = train_step(params, opt_state, batch, k_train)
         metrics.update({f"train/{k}": float(v) for k, v in jax.device_get(train_metrics).items()})
         metrics["time/update"] = time.time() - t1
@@ -143,7 +176,7 @@ def run(config, workdir: pathlib.Path) -> dict:
     setting.close()
   summary = {"steps": config.steps, "resumed_from": start, "wall_s": round(time.time() - t_start, 1),
              "workdir": str(workdir), "last_metrics": {k: v for k, v in metrics.items() if not isinstance(v, list)}}
-  (workdir / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+  distributed.write_text(workdir / "summary.json", json.dumps(summary, indent=2, default=float))
   print(_final_summary(summary), flush=True)
   return metrics
 

@@ -75,8 +75,8 @@ def _demo(config):
   config.steps = 3
   c = config.coding
   c.task_types = "deduction,abduction"
-  c.proposals_per_type = 4
-  c.solver_tasks_per_type = 4
+  c.proposals_per_type = 3
+  c.solver_tasks_per_type = 3
   c.num_references = 2
   c.induction_inputs = 4
   c.solve_samples = 4

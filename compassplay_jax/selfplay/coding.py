@@ -29,7 +29,9 @@ from compassplay_jax.rewards import novelty
 from compassplay_jax.rewards.proposer_rewards import proposer_rewards
 from compassplay_jax.selfplay import alignment
 from compassplay_jax.selfplay.reference_set import load_reference_set
-from compassplay_jax.selfplay.rollout import Row, reward_config, sample, split_key
+from compassplay_jax.sampling import generate
+from compassplay_jax.selfplay import rollout
+from compassplay_jax.selfplay.rollout import Row, reward_config, sample, sampling_config, split_key
 
 STOP = ("</answer>",)
 FENCE = "```"
@@ -137,21 +139,40 @@ class CodingSelfPlay:
     prefix = c.proposer_prefix if scaffolded or task_type != tasks.INDUCTION else ""
     if not scaffolded:
       gen = sample(graphdef, params, self.tokenizer, [p + prefix for p in prompts_text], cfg, key, stop_strings=STOP)
-      segments = [[(gen.prompt_tokens[j], gen.tokens[j], gen.logprobs[j])] for j in range(len(prompts_text))]
+      segments = [[(gen.prompt_tokens[j], gen.tokens[j], gen.logprobs[j], None)] for j in range(len(prompts_text))]
       return [prefix + t for t in gen.texts], segments, int(np.sum(gen.lengths))
     k1, k2 = split_key(key, 2)
     first = sample(graphdef, params, self.tokenizer, [p + prefix for p in prompts_text], cfg, k1, stop_strings=(FENCE,))
-    contexts = [p + prefix + t + c.input_scaffold for p, t in zip(prompts_text, first.texts)]
-    second = sample(graphdef, params, self.tokenizer, contexts, cfg, k2, stop_strings=(FENCE,))
+    scaffold = self.tokenizer.encode(c.input_scaffold, add_special_tokens=False)
+    # The second segment continues the exact token sequence (prompt, first segment, scaffold).
+    contexts = [list(first.prompt_tokens[j]) + list(first.tokens[j]) + scaffold for j in range(len(prompts_text))]
+    second = generate(graphdef, params, self.tokenizer, contexts,
+                      sampling_config(cfg, stop_strings=(FENCE,)), k2, device_fns=rollout.DEVICE_FNS)
     texts = [prefix + t1 + c.input_scaffold + t2 + "\n</answer>" for t1, t2 in zip(first.texts, second.texts)]
-    segments = [[(g.prompt_tokens[j], g.tokens[j], g.logprobs[j]) for g in (first, second)]
-                for j in range(len(prompts_text))]
+    # One training row per response: both sampled segments are targets, the scaffold between is not.
+    segments = []
+    for j in range(len(prompts_text)):
+      completion = np.concatenate([first.tokens[j], np.asarray(scaffold, np.int32), second.tokens[j]])
+      logprobs = np.concatenate([first.logprobs[j], np.zeros(len(scaffold), np.float32), second.logprobs[j]])
+      mask = np.concatenate([np.ones(len(first.tokens[j])), np.zeros(len(scaffold)), np.ones(len(second.tokens[j]))])
+      segments.append([(first.prompt_tokens[j], completion, logprobs, mask)])
     return texts, segments, int(np.sum(first.lengths) + np.sum(second.lengths))
 
   def _solver_prefix(self, task) -> str:
     """coding.solver_prefix with {block} = the answer fence the task type expects."""
     block = {tasks.DEDUCTION: "output", tasks.ABDUCTION: "input", tasks.INDUCTION: "python"}[task.type]
     return self.config.coding.solver_prefix.format(block=block)
+
+  def _gold_completion(self, task) -> np.ndarray:
+    """Token ids of the task's gold answer written as a solver response (after the solver prefix)."""
+    answer = {tasks.DEDUCTION: task.output, tasks.ABDUCTION: task.input, tasks.INDUCTION: task.program}[task.type]
+    if self.config.coding.solver_prefix:
+      text = f"{answer}\n```\n</answer>"
+    else:
+      block = {tasks.DEDUCTION: "output", tasks.ABDUCTION: "input", tasks.INDUCTION: "python"}[task.type]
+      text = f"</think>\n<answer>\n```{block}\n{answer}\n```\n</answer>"
+    ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+    return np.asarray(ids, np.int32)
 
   def _solve(self, graphdef, params, task_list, key, n_samples):
     """Solver responses (n_samples per task, task-major): (generation, full response texts)."""
@@ -226,17 +247,26 @@ class CodingSelfPlay:
       valid = np.asarray([ok for ok, _, _ in outcomes])
       eligible = [j for j in valid_idx if 0.0 < rates[j] < 1.0]
       cosines = np.zeros(len(outcomes), np.float32)
-      verified = sorted(first_correct)  # every candidate with a verified solution (for metrics)
-      if g_ref is not None and verified:
+      # Every valid candidate gets g(x) from a solution: its first correct solver sample, or, when no
+      # sample is correct (s = 0, never rewarded), the gold answer written in the solver's format.
+      # Only eligible candidates' cosines enter rewards; the rest are reported (cos_valid_mean).
+      if g_ref is not None and valid_idx:
+        sol_prompts, sol_tokens = [], []
+        for v, j in enumerate(valid_idx):
+          if j in first_correct:
+            sol_prompts.append(solve_gen.prompt_tokens[first_correct[j]])
+            sol_tokens.append(solve_gen.tokens[first_correct[j]])
+          else:
+            sol_prompts.append(solve_gen.prompt_tokens[v * c.solve_samples])
+            sol_tokens.append(self._gold_completion(outcomes[j][2]))
         cos = alignment.candidate_cosines(
-            graphdef, params, g_ref, [solve_gen.prompt_tokens[first_correct[j]] for j in verified],
-            [solve_gen.tokens[first_correct[j]] for j in verified], self.tokenizer.pad_token_id,
+            graphdef, params, g_ref, sol_prompts, sol_tokens, self.tokenizer.pad_token_id,
             method=cfg.reward.method, chunk_size=cfg.reward.chunk_size, micro_batch=cfg.reward.micro_batch_size,
             max_len=cfg.sampling.max_prompt_tokens + cfg.reward.max_completion_tokens)
-        cosines[verified] = cos["cosines"]
+        cosines[valid_idx] = cos["cosines"]
+        metrics[f"{task_type}/cos_valid_mean"] = float(np.mean(cos["cosines"]))
         if eligible:
           metrics[f"{task_type}/cos_eligible_mean"] = float(np.mean(cosines[eligible]))
-        metrics[f"{task_type}/cos_verified_mean"] = float(np.mean(cos["cosines"]))
       candidates = [outcomes[j][2].program if outcomes[j][2] else parsing.extract_answer(t)
                     for j, t in enumerate(responses)]
       jaccard = np.asarray([max((novelty.token_jaccard(cand, ref, language="python") for ref in refs), default=0.0)
@@ -246,8 +276,9 @@ class CodingSelfPlay:
           jaccard_to_seed=jaccard, config=reward_config(cfg.reward)), np.float32)
       timings["reward"] += time.time() - t0
       for j in range(len(outcomes)):
-        for prompt_ids, tokens, logprobs in segments[j]:
-          rows.append(Row(prompt_ids, tokens, logprobs, float(rewards[j]), task_type, "proposer"))
+        for prompt_ids, tokens, logprobs, mask in segments[j]:
+          rows.append(Row(prompt_ids, tokens, logprobs, float(rewards[j]), task_type, "proposer",
+                          completion_mask=mask))
 
       # 5. buffers
       for j in valid_idx:

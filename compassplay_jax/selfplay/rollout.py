@@ -23,6 +23,7 @@ class Row:
   group: str  # e.g. "deduction", "target", "conjecture"
   role: str   # "proposer" | "solver"
   advantage: float | None = None  # set by estimators that do not whiten (Lean)
+  completion_mask: np.ndarray | None = None  # 0 on completion tokens that were not sampled (scaffolds)
 
 
 def reward_config(reward) -> RewardConfig:
@@ -61,7 +62,9 @@ def sample(graphdef, params, tokenizer, prompts: Sequence[str], config, key, *, 
 def rows_to_batch(rows: Sequence[Row], pad_id: int, micro_batch_size: int, max_len: int | None = None):
   """Packed arrays plus per-row advantages (TRR++ over (group, role) unless rows carry their own)."""
   packed = pack([r.prompt_ids for r in rows], [r.completion_ids for r in rows], pad_id,
-                [r.logprobs for r in rows], row_multiple=micro_batch_size, max_len=max_len, completion_window=True)
+                [r.logprobs for r in rows], row_multiple=micro_batch_size, max_len=max_len, completion_window=True,
+                completion_masks=[np.ones(len(r.completion_ids)) if r.completion_mask is None else r.completion_mask
+                                  for r in rows])
   if all(r.advantage is not None for r in rows):
     adv = np.asarray([r.advantage for r in rows], np.float32)
   else:

@@ -40,45 +40,48 @@ class PackedBatch:
             "old_logprobs": self.old_logprobs}
 
 
-def _truncate(p, c, lp, max_len):
+def _truncate(p, c, lp, m, max_len):
   """Over-long rows keep the prompt's end and the completion's start (the completion carries the
   loss, and keeps at least half the budget)."""
   if max_len is None or len(p) + len(c) <= max_len:
-    return p, c, lp
+    return p, c, lp, m
   c = c[:max(max_len - len(p), max_len // 2)]
-  return p[len(p) - (max_len - len(c)):], c, lp[:len(c)]
+  return p[len(p) - (max_len - len(c)):], c, lp[:len(c)], m[:len(c)]
 
 
 def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int,
          logprobs: Sequence[Sequence[float]] | None = None, *, row_multiple: int = 1,
-         max_len: int | None = None, completion_window: bool = False) -> PackedBatch:
+         max_len: int | None = None, completion_window: bool = False,
+         completion_masks: Sequence[Sequence[float]] | None = None) -> PackedBatch:
   """Padded arrays for rows prompt_i + completion_i (layouts in the module docstring). Padding rows
-  have all-zero masks."""
+  have all-zero masks. `completion_masks[i]` (default all ones) marks which completion tokens are
+  targets: 0 for tokens the model did not sample (e.g. a scaffold inserted between two segments)."""
   if len(prompts) != len(completions):
     raise ValueError(f"pack: {len(prompts)} prompts but {len(completions)} completions")
   rows = []
   for i, (p, c) in enumerate(zip(prompts, completions)):
     lp = list(logprobs[i]) if logprobs is not None else [0.0] * len(c)
-    rows.append(_truncate(list(p), list(c), lp, max_len))
+    m = list(completion_masks[i]) if completion_masks is not None else [1.0] * len(c)
+    rows.append(_truncate(list(p), list(c), lp, m, max_len))
   n = len(rows)
   b = max(row_multiple, int(np.ceil(max(n, 1) / row_multiple) * row_multiple))
   if completion_window:
-    prompt_len = bucket(max((len(p) for p, _, _ in rows), default=1))
-    window = bucket(max((len(c) for _, c, _ in rows), default=1)) + 1
+    prompt_len = bucket(max((len(p) for p, _, _, _ in rows), default=1))
+    window = bucket(max((len(c) for _, c, _, _ in rows), default=1)) + 1
     length = prompt_len + window - 1
   else:
-    length = bucket(max((len(p) + len(c) for p, c, _ in rows), default=1))
+    length = bucket(max((len(p) + len(c) for p, c, _, _ in rows), default=1))
     window = length
   tokens = np.full((b, length), pad_id, np.int32)
   attention = np.zeros((b, length), np.int32)
   loss = np.zeros((b, window), np.float32)
   old = np.zeros((b, window), np.float32)
-  for r, (p, c, lp) in enumerate(rows):
+  for r, (p, c, lp, m) in enumerate(rows):
     start = prompt_len - len(p) if completion_window else 0  # column of the first prompt token
     end = start + len(p) + len(c)
     tokens[r, start:end] = p + c
     attention[r, start:end] = 1
     first = start + len(p) - (length - window)  # the first completion token, in window columns
-    loss[r, first:first + len(c)] = 1.0
+    loss[r, first:first + len(c)] = m
     old[r, first:first + len(lp)] = lp
   return PackedBatch(tokens, attention, loss, old, n)

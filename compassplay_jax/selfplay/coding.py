@@ -325,6 +325,9 @@ class CodingSelfPlay:
     metrics["reward/solver"] = float(np.mean([metrics[f"{t}/reward_solver"] for t in self.task_types]))
     metrics["copy_rate"] = float(np.mean([metrics[f"{t}/copy_rate"] for t in self.task_types]))
     metrics["rename_rate"] = float(np.mean([metrics[f"{t}/rename_rate"] for t in self.task_types]))
+    cos_means = [metrics[f"{t}/cos_valid_mean"] for t in self.task_types if f"{t}/cos_valid_mean" in metrics]
+    if cos_means:
+      metrics["cos_valid_mean"] = float(np.mean(cos_means))
     metrics["solve_rate_histogram"] = histogram(all_rates)
     metrics["tokens/generated"] = gen_tokens
     for name, seconds in timings.items():

@@ -28,7 +28,7 @@ USER_ERRORS = (ConfigError, WeightsError, CheckpointError, ReferenceSetError, Le
                ValueError)
 
 SUMMARY_KEYS = [("proposer", "reward/proposer"), ("solver", "reward/solver"), ("valid", "valid_rate"),
-                ("in-band", "in_band_rate"), ("coverage", "coverage"), ("loss", "train/loss"),
+                ("in-band", "in_band_rate"), ("cos", "cos_valid_mean"), ("coverage", "coverage"), ("loss", "train/loss"),
                 ("tok/s", "tokens_per_s"), ("s", "time/step")]
 
 

@@ -119,5 +119,18 @@ def main(argv):
   print(run(_CONFIG.value, checkpoints, _BENCHMARKS.value, _WORKDIR.value, _STEP.value))
 
 
+def entry():
+  """Runs main; a missing checkpoint or a bad data file ends with one line on stderr."""
+  import os
+  import sys
+  try:
+    app.run(main)
+  except (FileNotFoundError, ValueError) as e:
+    if os.environ.get("COMPASSPLAY_TRACEBACK"):
+      raise
+    print(f"error: {str(e).strip().splitlines()[0]}", file=sys.stderr)
+    sys.exit(2)
+
+
 if __name__ == "__main__":
-  app.run(main)
+  entry()

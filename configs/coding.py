@@ -55,7 +55,7 @@ def get_config(arg: str = ""):
 
   config.checkpoint.every_steps = 10  # AZR: save_freq = 10 (§5.4)
   config.eval.every_steps = 10  # AZR: test_freq = 10 (§5.4)
-  config.eval.benchmarks = "cruxeval_i,cruxeval_o,livecodebench,math500,amc23,gsm8k,minerva,olympiadbench"
+  config.eval.benchmarks = "cruxeval_i,cruxeval_o,livecodebench,math500,amc23,gsm8k,minerva_math,olympiadbench"
 
   # ---- variants ------------------------------------------------------------------------------
   if variant == "demo":

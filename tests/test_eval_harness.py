@@ -100,10 +100,11 @@ def test_cli_run_evaluates_each_checkpoint_and_plots(tmp_path):
   assert list(final["benchmarks"]) == ["cruxeval_o", "gsm8k"]
 
 
-def test_cli_model_glue_waits_for_the_sampler():
-  # The glue is the one unwired piece; tests/test_eval_end_to_end.py covers it once wired.
-  with pytest.raises(NotImplementedError, match="waiting for the sampler"):
-    evaluate_cli._load_generate_fn(None, "/ck/step_1")  # pylint: disable=protected-access
+def test_cli_checkpoint_paths(tmp_path):
+  # The model glue itself runs in tests/test_eval_end_to_end.py; a missing training checkpoint is one line.
+  missing = tmp_path / "run" / "checkpoints" / "7"
+  with pytest.raises(FileNotFoundError, match=r"checkpoints/7: checkpoint directory does not exist"):
+    evaluate_cli._load_generate_fn({"model": {"path": "tiny"}}, str(missing))  # pylint: disable=protected-access
   assert evaluate_cli.step_from_path("/runs/a/checkpoint-120/") == 120
   with pytest.raises(ValueError, match="cannot read a step"):
     evaluate_cli.step_from_path("/runs/final")

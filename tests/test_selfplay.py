@@ -71,7 +71,9 @@ def test_coding_tiny_two_steps(tmp_path):
   run(config, tmp_path)
   lines, extra = _check_run(tmp_path, config, 2)
   assert {"valid_rate", "reward/proposer", "reward/solver", "train/loss", "solve_rate_histogram"} <= set(lines[-1])
-  assert set(extra["selfplay"]) == {"deduction", "abduction"}  # the task buffers are checkpointed
+  buffers = extra["selfplay"]  # the task buffers are checkpointed, the identity seed first
+  assert set(buffers) == {"deduction", "abduction", "induction"}
+  assert buffers["deduction"][0][0]["program"] == "def f(a):\n    return a"
   assert json.loads((tmp_path / "summary.json").read_text())["steps"] == 2
 
 
@@ -173,3 +175,14 @@ def test_coding_tiny_on_a_2x2x2_mesh_matches_one_device(tmp_path):
   mesh = json.loads((tmp_path / "mesh" / "metrics.jsonl").read_text().splitlines()[0])
   for key in ("train/loss", "train/grad_norm", "train/entropy", "tokens/generated", "reward/proposer"):
     assert mesh[key] == pytest.approx(one[key], rel=1e-5, abs=1e-6), key
+
+
+@pytest.mark.parametrize("arg", ["coding", "coding:demo", "coding:tiny", "lean", "lean:demo", "lean:tiny"])
+def test_every_config_variant_builds_and_names_known_benchmarks(arg):
+  from compassplay_jax.evals import harness
+  config = _config(arg)
+  assert config.setting == arg.split(":")[0]
+  harness._with_defaults(config.eval)  # pylint: disable=protected-access
+  names = [b for b in str(config.eval.benchmarks).split(",") if b]
+  from compassplay_jax.evals.benchmarks import BENCHMARKS
+  assert set(names) <= set(BENCHMARKS), names

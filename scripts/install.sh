@@ -4,7 +4,6 @@
 #   bash scripts/install.sh test   plus test-only dependencies (torch CPU, accelerate, pytest)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 if [[ "${1:-}" == "test" ]]; then
   python -m pip install -q -r requirements-test.txt
 else

@@ -119,3 +119,69 @@ def test_task_record_checks():
     tasks.CodingTask(type="x", program="")
   with pytest.raises(ValueError, match="inputs"):
     tasks.CodingTask(type=tasks.INDUCTION, program="", inputs=("1",), outputs=())
+
+
+# AZR's original regexes (the oracle for the linear-time rewrites in parsing.py).
+import random as _random  # pylint: disable=g-import-not-at-top
+import re as _re  # pylint: disable=g-import-not-at-top
+
+_AZR_FLAGS = _re.DOTALL | _re.IGNORECASE
+
+
+def _azr_format_ok(text):
+  return _re.match(r"(?s)<think>.*?</think>\s*<answer>.*?</answer>", text) is not None
+
+
+def _azr_solver_block(answer, tag):
+  blocks = _re.findall(rf"```{tag}\s*\n?(.*?)\n?```", answer, _AZR_FLAGS)
+  if blocks:
+    return blocks[-1].strip()
+  for pattern in (rf"#\s*{tag}:\s*(.*)", rf"^{tag}\((.*)\)\s*$", rf"<{tag}>(.*?)</{tag}>",
+                  rf"the {tag} is:?\s*(.*)"):
+    found = _re.search(pattern, answer, _AZR_FLAGS | _re.MULTILINE)
+    if found:
+      return found.group(1).strip()
+  return answer.strip()
+
+
+def _azr_message(answer):
+  found = _re.search(r"```message\s*\n?(.*?)\n?```", answer, _AZR_FLAGS)
+  if found:
+    return found.group(1)
+  found = (_re.search(r"<message>(.*?)</message>", answer, _AZR_FLAGS)
+           or _re.search(r"#\s*Message:\s*(.*)", answer, _AZR_FLAGS))
+  return found.group(1) if found else None
+
+
+_SOUP = ["<think>", "</think>", "<answer>", "</answer>", "```output\n", "```input\n", "```",
+         "output(", "input(", "OUTPUT(", ")", ") ", ")\t", "\n", " ", "\t\n", "x", "1, 2",
+         "<output>", "</output>", "<message>", "</Message>", "# Output:", "# input:", "#",
+         "the output is ", "the input is: ", "def f(a):", "  def g(", "\n\n  def h (", "```message\n"]
+
+
+def test_linear_rewrites_agree_with_azr_regexes():
+  rng = _random.Random(0)
+  for _ in range(4000):
+    text = "".join(rng.choice(_SOUP) for _ in range(rng.randrange(0, 14)))
+    assert parsing.format_ok(text, prompt_opens_think=False) == _azr_format_ok(text), text
+    assert parsing.format_ok(text) == _azr_format_ok("<think>" + text), text
+    assert parsing.parse_solver_output(text) == _azr_solver_block(text, "output"), text
+    assert parsing.parse_solver_input(text) == _azr_solver_block(text, "input"), text
+    assert parsing.function_names(text) == _re.findall(r"^\s*def\s+(\w+)\s*\(", text, _re.M), text
+    inputs = "```input\n1\n```" * 10
+    parsed = parsing.parse_inputs_and_message(inputs + text)
+    message = _azr_message(inputs + text)
+    expected = None if message is None or not message.strip() else message.strip()
+    assert (parsed[1] if parsed else None) == expected, text
+
+
+def test_parsing_is_linear_on_backtracking_bait():
+  import time  # pylint: disable=g-import-not-at-top
+  for bait in ("output(\n" * 40000, "<output>" * 40000, "<message>" * 40000, "\n" * 200000,
+               "</think><answer>" * 20000, "#" + " " * 200000):
+    start = time.monotonic()
+    parsing.parse_solver_output(bait)
+    parsing.parse_inputs_and_message("```input\n1\n```" * 10 + bait)
+    parsing.function_names(bait)
+    parsing.format_ok(bait)
+    assert time.monotonic() - start < 2.0, bait[:20]

@@ -69,6 +69,21 @@ def test_cruxeval_predictions_cannot_escape_the_check(pool):
   assert not any(_correct(code_check.check_cruxeval([inp] * 2, attacks_i, pool)))
 
 
+def test_gold_is_not_in_the_job_that_runs_the_answer(pool):
+  """Issue 17: a prediction or program that reads the gold from its own job gets nothing (before,
+  "eval(__cp_gold_src)" passed CRUXEval-O and a program could read the expected LCB output)."""
+  out = benchmarks.load_benchmark("cruxeval_o", FIXTURES)[0]
+  attacks = ["eval(__cp_gold_src)", "eval(__cp_src)",
+             "[eval(v) for k, v in globals().items() if k.startswith('__cp') and type(v) is str][0]"]
+  assert not any(_correct(code_check.check_cruxeval([out] * 3, attacks, pool)))
+  items = benchmarks.load_benchmark("livecodebench", FIXTURES)
+  reader = ("import sys, json\nclass Solution:\n    def isPalindrome(self, word):\n"
+            "        frame = sys._getframe(1)\n"
+            "        texts = [v for v in frame.f_locals.values() if type(v) is str]\n"
+            "        return json.loads(texts[-1])\n")
+  assert _correct(code_check.check_livecodebench([items[3]], [reader], pool)) == [False]
+
+
 def test_cruxeval_failures_say_why(pool):
   item = benchmarks.load_benchmark("cruxeval_i", FIXTURES)[0]
   verdicts = code_check.check_cruxeval([item] * 3, ["'a', 'b', 'c'", "[1]", "__import__('time').sleep(60)"],

@@ -3,6 +3,7 @@ changes nothing outside its temp dir, leaves no process behind, and the pool kee
 import dataclasses
 import os
 import pathlib
+import socket
 import time
 
 import pytest
@@ -121,13 +122,68 @@ HOSTILE = [
     ("fill_disk", "open('big', 'wb').write(b'0' * (100 << 20))", None, {"error", "memory"}),
     ("many_files", "fs = [open('f%d' % i, 'w') for i in range(10000)]", None, {"error"}),
     ("stdin_eof", "input()", None, {"error"}),
+    # Issue 17 attack classes.
+    ("find_gold_in_frames_and_gc",
+     "import gc, sys\nfr = sys._getframe()\nwhile fr.f_back: fr = fr.f_back\n"
+     "hits = [o for o in gc.get_objects() if type(o) is dict and 'value_text' in o]",
+     "len(hits)", {"ok"}),
+    ("forge_result_frame",
+     "import os\nos.write(3, b'{\"status\": \"ok\", \"value_repr\": \"1\", \"value_text\": \"2\", "
+     "\"error_type\": null, \"error_message\": null}')\nos._exit(0)", "1", {"error"}),
+    ("plant_tmp_and_shm",
+     "for d in ('/tmp', '/dev/shm', '/var/tmp', '/run/lock'):\n  try:\n"
+     "    open(d + '/cp_hostile_plant', 'w').write('x')\n  except OSError:\n    pass", None, {"ok"}),
+    ("sysv_ipc_objects",
+     "import ctypes\nlibc = ctypes.CDLL(None)\nK = 0x43509999\n"
+     "ids = [libc.shmget(K, 4096, 0o1666), libc.msgget(K, 0o1666), libc.semget(K, 1, 0o1666)]",
+     "ids", {"ok"}),
+    ("host_unix_socket",
+     "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('{host_socket}')\n"
+     "s.sendall(b'pwned')", None, {"error"}),
+    ("socketpair", "import socket\nsocket.socketpair()", None, {"error"}),
+    ("netlink_socket", "import socket\nsocket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)",
+     None, {"error"}),
+    ("user_namespace",
+     "import ctypes\nassert ctypes.CDLL(None).unshare(0x10000000) == 0", None, {"error"}),
+    ("mount_tmpfs",
+     "import ctypes\nassert ctypes.CDLL(None).mount(b'none', b'.', b'tmpfs', 0, None) == 0", None,
+     {"error"}),
+    ("ptrace_parent",
+     "import ctypes, os\nassert ctypes.CDLL(None).ptrace(16, os.getppid(), 0, 0) == 0", None,
+     {"error"}),
+    ("patch_builtins_via_self",
+     "b = repr.__self__\nb.repr = lambda x: 'forged'\nb.len = lambda x: 0", "41 + 1", {"ok"}),
 ]
 
 
+@pytest.fixture(scope="module")
+def host_socket():
+  """A listening unix socket of a 'host service' under /run, writable by anyone."""
+  path = f"/run/cp_hostile_{os.getpid()}.sock"
+  server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+  server.bind(path)
+  os.chmod(path, 0o777)
+  server.listen(8)
+  server.setblocking(False)
+  yield path, server
+  server.close()
+  os.unlink(path)
+
+
+def _assert_socket_untouched(host_socket):
+  with pytest.raises(BlockingIOError):
+    host_socket[1].accept()
+
+
+def _format(code, canary, host_socket):
+  return code.replace("{canary}", str(canary)).replace("{repo}", str(REPO)).replace(
+      "{pid}", str(os.getpid())).replace("{host_socket}", host_socket[0])
+
+
 @pytest.mark.parametrize("name,code,expr,allowed", HOSTILE, ids=[h[0] for h in HOSTILE])
-def test_hostile_program(pool, canary, name, code, expr, allowed):
+def test_hostile_program(pool, canary, host_socket, name, code, expr, allowed):
   before = _snapshot(canary)
-  code = code.format(canary=canary, repo=REPO, pid=os.getpid())
+  code = _format(code, canary, host_socket)
   start = time.monotonic()
   result = pool.run(Job(code=code, expr=expr))
   elapsed = time.monotonic() - start
@@ -136,8 +192,13 @@ def test_hostile_program(pool, canary, name, code, expr, allowed):
   assert _snapshot(canary) == before, name
   assert not os.path.exists("/tmp/pwned")
   assert SECRET not in result.stdout + result.stderr + (result.value_repr or ""), name
-  if name == "patched_builtins":
+  if name in ("patched_builtins", "patch_builtins_via_self"):
     assert result.value_repr == "42"
+  if name == "find_gold_in_frames_and_gc":
+    assert result.value_repr == "0"  # No earlier job's outcome is alive in the job process.
+  if name == "sysv_ipc_objects":
+    assert _host_ipc_objects(pool.sandbox_uids) == []
+  _assert_socket_untouched(host_socket)
   if name == "list_trainer_files" and "hidden" in pool.isolation_report.get("filesystem", ""):
     assert "setup.py" not in result.stdout
   _assert_no_processes(pool)
@@ -180,3 +241,57 @@ def test_threads_and_children_do_not_outlive_the_job(forking_pool, canary, name,
 
 def test_battery_has_at_least_25_programs():
   assert len(HOSTILE) + len(OUTLIVING) >= 25
+
+
+def _host_ipc_objects(uids):
+  """SysV IPC objects on the host owned by any of `uids` (read from /proc/sysvipc)."""
+  found = []
+  for kind in ("shm", "msg", "sem"):
+    with open(f"/proc/sysvipc/{kind}") as f:
+      header = f.readline().split()
+      uid_col = header.index("uid")
+      for line in f:
+        fields = line.split()
+        if fields and int(fields[uid_col]) in uids:
+          found.append((kind, fields[0]))
+  return found
+
+
+def _host_files_of(uids, roots=("/tmp", "/var/tmp", "/dev/shm", "/run"), depth=3):
+  found = []
+  for root in roots:
+    base = root.count("/")
+    for dirpath, dirnames, filenames in os.walk(root, onerror=lambda e: None):
+      if dirpath.count("/") - base >= depth:
+        dirnames[:] = []
+      for name in dirnames + filenames:
+        path = os.path.join(dirpath, name)
+        try:
+          if os.lstat(path).st_uid in uids:
+            found.append(path)
+        except OSError:
+          pass
+  return found
+
+
+def test_whole_battery_leaves_nothing_on_the_host(canary, host_socket):
+  """One pool runs every hostile program; afterwards the HOST has no process, file or IPC
+  object of the pool's sandbox uids, and the host socket got no connection."""
+  pool = _make_pool(limits=dataclasses.replace(LIMITS, processes=16))
+  try:
+    for name, code, expr, allowed in HOSTILE + [(n, c, None, a) for n, c, a in OUTLIVING]:
+      result = pool.run(Job(code=_format(code, canary, host_socket), expr=expr))
+      assert result.status in allowed or name in ("fork_bomb", "thread_refused"), (name, result)
+    assert pool.run(Job(code="x = 6 * 7", expr="x")).value_repr == "42"
+    uids = set(pool.sandbox_uids)
+  finally:
+    pool.close()
+  assert uids
+  deadline = time.monotonic() + 2.0
+  while any(sandbox.processes_of_uid(u) for u in uids) and time.monotonic() < deadline:
+    time.sleep(0.05)
+  assert [p for u in uids for p in sandbox.processes_of_uid(u)] == []
+  assert _host_ipc_objects(uids) == []
+  assert _host_files_of(uids) == []
+  assert not any(os.path.exists(f"{d}/cp_hostile_plant") for d in ("/tmp", "/dev/shm", "/var/tmp"))
+  _assert_socket_untouched(host_socket)

@@ -1,79 +1,75 @@
 """Checks CRUXEval and LiveCodeBench answers by running them in the sandbox.
 
-Model text is never eval'd or exec'd in this process. For CRUXEval every answer becomes one sandbox job
-whose program defines f plus the checking helpers below and whose expression returns True or False.
-The helpers compare with a type-strict deep equality, so a value whose type only pretends to be equal
-(an always-True __eq__, a list subclass) does not pass. LiveCodeBench programs run once per test; stdin
-outputs are compared here as plain strings, functional results inside the sandbox after a JSON round trip.
+Model text is never eval'd or exec'd in this process, and the gold answer never sits in a job that runs
+model text: the gold value and the answer are turned into canonical text in separate jobs, and this
+process compares the texts. For CRUXEval the canonical text is type-strict (a tuple is not a list, 1.0 is
+not 1, True is not 1; dict and set order ignored; NaN equals NaN as its repr does), and values whose type
+is not a builtin data type (an always-True __eq__, a list subclass) have none, so they never match.
+LiveCodeBench programs run once per test; stdin outputs are compared here as plain strings, functional
+results come back as JSON (a round trip, so tuples are lists) and are compared here with the expected JSON.
 """
 import dataclasses
 import decimal
+import json
 import re
 from typing import Sequence
 
 from compassplay_jax.evals.benchmarks import EvalItem
 
 # Defined after the task code in every job, so the task cannot shadow them. Predictions are evaluated
-# in copies of the globals, so a prediction cannot rebind them either.
+# in copies of the globals, so a prediction cannot rebind them either (and gains nothing if it did: the
+# comparison happens outside the sandbox).
 _CHECK_HELPERS = r'''
 
-def __cp_strict_eq(a, b):
-  if type(a) is not type(b):
-    return False
-  if type(a) in (list, tuple):
-    return len(a) == len(b) and all(__cp_strict_eq(x, y) for x, y in zip(a, b))
-  if type(a) is dict:
-    if len(a) != len(b):
-      return False
-    for key_a, value_a in a.items():
-      matches = [key_b for key_b in b if __cp_strict_eq(key_a, key_b)]
-      if len(matches) != 1 or not __cp_strict_eq(value_a, b[matches[0]]):
-        return False
-    return True
-  if type(a) in (set, frozenset):
-    return len(a) == len(b) and all(sum(__cp_strict_eq(x, y) for y in b) == 1 for x in a)
-  if type(a) is float and a != a:
-    return b != b  # nan equals nan here, as its repr does.
-  return bool(a == b)
+def __cp_strict_canon(v, depth=0):
+  if depth > 300:
+    raise ValueError("value nested too deeply")
+  t = type(v)
+  sub = lambda x: __cp_strict_canon(x, depth + 1)
+  if v is None:
+    return "None"
+  if t is bool:
+    return "bool:" + ("True" if v else "False")
+  if t is int:
+    return "int:" + int.__repr__(v)
+  if t is float:
+    if v != v:
+      return "float:nan"
+    return "float:" + float.__repr__(v + 0.0)  # -0.0 + 0.0 == 0.0: equal floats, equal text.
+  if t is complex:
+    return "complex:" + sub(v.real) + "," + sub(v.imag)
+  if t is str:
+    return "str:" + str.__repr__(v)
+  if t is bytes:
+    return "bytes:" + bytes.__repr__(v)
+  if t is list or t is tuple:
+    return t.__name__ + "[" + ",".join([sub(x) for x in v]) + "]"
+  if t is dict:
+    return "dict{" + ",".join(sorted([sub(k) + ":" + sub(x) for k, x in dict.items(v)])) + "}"
+  if t is set or t is frozenset:
+    return t.__name__ + "{" + ",".join(sorted([sub(x) for x in v])) + "}"
+  raise TypeError(t.__name__ + " is not a builtin data type")
 
 
-def __cp_check_output(gold_src, pred_src):
-  gold = eval(gold_src, dict(globals()))
-  pred = eval(compile(pred_src, "<prediction>", "eval"), dict(globals()))
-  return __cp_strict_eq(gold, pred)
+def __cp_canon_value(src):
+  return __cp_strict_canon(eval(compile(src, "<value>", "eval"), dict(globals())))
 
 
-def __cp_check_input(gold_src, pred_src):
+def __cp_canon_call(pred_src):
   import ast
   call = ast.parse("f(" + pred_src + ")", mode="eval")
   # The prediction must be an argument list: "1) or (True" would otherwise escape the call.
   if not (isinstance(call.body, ast.Call) and isinstance(call.body.func, ast.Name) and call.body.func.id == "f"):
-    return False
-  gold = eval(gold_src, dict(globals()))
-  return __cp_strict_eq(gold, eval(compile(call, "<prediction>", "eval"), dict(globals())))
+    raise SyntaxError("not an argument list")
+  return __cp_strict_canon(eval(compile(call, "<prediction>", "eval"), dict(globals())))
 
 
-def __cp_json_eq(a, b):
-  if isinstance(a, bool) or isinstance(b, bool):
-    return type(a) is type(b) and a == b
-  if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-    return a == b
-  if type(a) is not type(b):
-    return False
-  if type(a) is list:
-    return len(a) == len(b) and all(__cp_json_eq(x, y) for x, y in zip(a, b))
-  if type(a) is dict:
-    return a.keys() == b.keys() and all(__cp_json_eq(a[k], b[k]) for k in a)
-  return a == b
-
-
-def __cp_check_call(method, args_src, expected_src):
+def __cp_call_json(method, args_src):
   import json
   args = [json.loads(line) for line in args_src.split("\n") if line.strip()]
   result = getattr(Solution(), method)(*args)
   # The round trip turns tuples into lists and any int/str/list subclass into the plain type.
-  got = json.loads(json.dumps(result))
-  return __cp_json_eq(got, json.loads(expected_src))
+  return json.dumps(result)
 '''
 
 # The import header LiveCodeBench puts before every program.
@@ -115,11 +111,17 @@ def _failure_detail(result) -> str:
   return result.status
 
 
+def cruxeval_gold_job(item: EvalItem, timeout_s: float):
+  """Canonical text of the gold output (a job with no model text in it)."""
+  code = f"{item.code}\n{_CHECK_HELPERS}\n__cp_src = {item.output!r}\n"
+  return _sandbox().Job(code=code, expr="__cp_canon_value(__cp_src)", timeout_s=timeout_s)
+
+
 def cruxeval_job(item: EvalItem, prediction: str, timeout_s: float):
-  """The sandbox job that returns True iff `prediction` answers the CRUXEval item."""
-  check = "__cp_check_output" if item.kind == "cruxeval_o" else "__cp_check_input"
-  code = f"{item.code}\n{_CHECK_HELPERS}\n__cp_gold_src = {item.output!r}\n__cp_pred_src = {prediction!r}\n"
-  return _sandbox().Job(code=code, expr=f"{check}(__cp_gold_src, __cp_pred_src)", timeout_s=timeout_s)
+  """Canonical text of the prediction: the value (CRUXEval-O) or f(prediction) (CRUXEval-I); no gold."""
+  check = "__cp_canon_value" if item.kind == "cruxeval_o" else "__cp_canon_call"
+  code = f"{item.code}\n{_CHECK_HELPERS}\n__cp_src = {prediction!r}\n"
+  return _sandbox().Job(code=code, expr=f"{check}(__cp_src)", timeout_s=timeout_s)
 
 
 def check_cruxeval(items: Sequence[EvalItem], predictions: Sequence[str], pool,
@@ -127,10 +129,22 @@ def check_cruxeval(items: Sequence[EvalItem], predictions: Sequence[str], pool,
   """CRUXEval-O: predicted value strictly equals the gold output; CRUXEval-I: f(predicted) does."""
   verdicts = [CodeVerdict(False, "no_answer")] * len(items)
   # An empty input is a real answer for a zero-argument f; an empty output never is.
-  todo = [i for i, (item, p) in enumerate(zip(items, predictions)) if p.strip() or item.kind == "cruxeval_i"]
-  results = pool.run_batch([cruxeval_job(items[i], predictions[i], timeout_s) for i in todo])
-  for i, result in zip(todo, results):
-    passed = result.ok and result.value_repr == "True"
+  todo = [i for i, (item, p) in enumerate(zip(items, predictions))
+          if isinstance(p, str) and (p.strip() or item.kind == "cruxeval_i")]
+  gold_index = {}
+  for i in todo:
+    gold_index.setdefault((items[i].code, items[i].output), len(gold_index))
+  gold_jobs = [None] * len(gold_index)
+  for i in todo:
+    gold_jobs[gold_index[(items[i].code, items[i].output)]] = cruxeval_gold_job(items[i], timeout_s)
+  results = pool.run_batch(gold_jobs + [cruxeval_job(items[i], predictions[i], timeout_s) for i in todo])
+  golds, answers = results[:len(gold_jobs)], results[len(gold_jobs):]
+  for i, result in zip(todo, answers):
+    gold = golds[gold_index[(items[i].code, items[i].output)]]
+    if not (gold.ok and isinstance(gold.value_text, str)):
+      verdicts[i] = CodeVerdict(False, f"gold {_failure_detail(gold)}")
+      continue
+    passed = result.ok and result.value_text == gold.value_text
     verdicts[i] = CodeVerdict(passed, "passed" if passed else _failure_detail(result))
   return verdicts
 
@@ -152,8 +166,32 @@ def lcb_job(item: EvalItem, program: str, test_index: int, timeout_s: float):
   code = _with_prelude(program)
   if test.testtype == "stdin":
     return _sandbox().Job(code=code, expr=None, stdin=test.input, timeout_s=timeout_s)
-  expr = f"__cp_check_call({method_name(item.starter_code)!r}, {test.input!r}, {test.output!r})"
+  # The expected output stays here: the job returns the program's result as JSON.
+  expr = f"__cp_call_json({method_name(item.starter_code)!r}, {test.input!r})"
   return _sandbox().Job(code=code + _CHECK_HELPERS, expr=expr, timeout_s=timeout_s)
+
+
+def _json_eq(a, b) -> bool:
+  """LiveCodeBench's comparison of JSON values: numbers by value, bools only equal bools."""
+  if isinstance(a, bool) or isinstance(b, bool):
+    return type(a) is type(b) and a == b
+  if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+    return a == b
+  if type(a) is not type(b):
+    return False
+  if type(a) is list:
+    return len(a) == len(b) and all(_json_eq(x, y) for x, y in zip(a, b))
+  if type(a) is dict:
+    return a.keys() == b.keys() and all(_json_eq(a[k], b[k]) for k in a)
+  return a == b
+
+
+def _functional_passed(result_json, expected_json) -> bool:
+  """Untrusted JSON from the job against the dataset's; any parse failure is a fail."""
+  try:
+    return _json_eq(json.loads(result_json), json.loads(expected_json))
+  except Exception:  # pylint: disable=broad-except  (RecursionError on deep nesting, bad JSON)
+    return False
 
 
 def _tokens(text: str) -> list[list[str]]:
@@ -185,7 +223,8 @@ def _test_passed(item: EvalItem, test_index: int, result) -> bool:
     return False
   if item.tests[test_index].testtype == "stdin":
     return stdout_matches(result.stdout or "", item.tests[test_index].output)
-  return result.value_repr == "True"
+  return isinstance(result.value_text, str) and _functional_passed(
+      result.value_text, item.tests[test_index].output)
 
 
 def check_livecodebench(items: Sequence[EvalItem], programs: Sequence[str], pool,

@@ -2,7 +2,8 @@
 
 We fix the statement (from the dataset or a validated conjecture) and append only
 the model's proof body, then `#print axioms <name>`. A proof is accepted only if:
-  1. the body (comments stripped) holds none of BANNED_CONSTRUCTS;
+  1. the body is tactic text: none of BANNED_CONSTRUCTS outside comments, no code at column 0
+     after its first line (a new command), no string with `{` (lexing: lean_syntax/lexer.py);
   2. the REPL answered, with no error message, no sorries, and no
      "declaration uses 'sorry'" warning (either quote style);
   3. the `#print axioms` line reports only ALLOWED_AXIOMS (a missing report rejects).
@@ -11,43 +12,58 @@ import dataclasses
 import re
 from collections.abc import Sequence
 
-from compassplay_jax.domains.lean.extraction import strip_lean_comments
-from compassplay_jax.domains.lean.extraction import theorem_name
+from compassplay_jax.lean_syntax import lexer
+from compassplay_jax.lean_syntax.statements import strip_lean_comments, theorem_name
 from compassplay_jax.verifiers.lean_repl import ANSWERED
 from compassplay_jax.verifiers.lean_repl import LeanCheckResult
 
 ALLOWED_AXIOMS = frozenset({"propext", "Classical.choice", "Quot.sound"})
 
-# Each entry: (name shown in the reason, regex run on the comment-free body).
-# Identifier-bounded so `sorry_free` or `hint₁` do not trip them. Sources: the
-# exploit list in shared notes §3.6 (sorry/admit, search tactics, native_decide +
-# implemented_by/extern/csimp, injected axioms, run_tac/addDecl metaprogramming,
-# set_option debug.skipKernelTC + elab) plus every command that could end the
-# fixed theorem and start a new declaration.
+# Each entry: (name shown in the reason, regex run on the comment-free body, «names» unescaped).
+# Identifier-bounded so `sorry_free` or `hint₁` do not trip them. docs/lean.md §3 gives, for each
+# rule, the attack it stops (sources: the Lean reference manual's "Validating a Lean Proof", the
+# comparator and lean-by-example issues, DeepSeek-Prover-V2's PutnamBench report).
 _ID_START = r"(?<![\w'.?!])"
 _ID_END = r"(?![\w'?!])"
+# Names that reach the kernel, the compiler or the environment are banned qualified too
+# (`Environment.addDecl`, `.addDecl`, `_root_.Lean.`), so a preceding dot does not shield them.
+_NAME_START = r"(?<![\w'?!])"
 
 
 def _word(word: str) -> tuple[str, re.Pattern]:
   return word, re.compile(_ID_START + re.escape(word) + _ID_END)
 
 
+def _name(word: str) -> tuple[str, re.Pattern]:
+  return word, re.compile(_NAME_START + re.escape(word) + _ID_END)
+
+
 def _search_tactic(word: str) -> tuple[str, re.Pattern]:
   return word, re.compile(_ID_START + re.escape(word))
 
 
+# Keywords that end the tactic block and start a command (any column), or open a scope for one.
+_COMMAND_KEYWORDS = (
+    "import", "theorem", "lemma", "def", "instance", "abbrev", "example", "structure", "inductive",
+    "class", "attribute", "namespace", "section", "end", "universe", "variable", "omit", "include",
+    "open", "export", "mutual", "deriving", "noncomputable", "private", "protected", "initialize",
+    "builtin_initialize", "irreducible_def", "alias", "recall", "declare_syntax_cat",
+    "add_decl_doc", "register_option", "register_simp_attr", "register_label_attr", "seal",
+    "unseal", "simproc", "dsimproc", "simproc_decl", "dsimproc_decl", "builtin_simproc",
+    "builtin_dsimproc", "declare_simp_like_tactic", "binder_predicate", "notation3",
+    "suppress_compilation", "assert_not_exists", "library_note", "initialize_simps_projections",
+    "local", "scoped")
+
 BANNED_CONSTRUCTS: tuple[tuple[str, re.Pattern], ...] = (
     *(_word(w) for w in (
-        "sorry", "admit", "native_decide", "ofReduceBool", "ofReduceNat", "trustCompiler",
-        "implemented_by", "extern", "csimp", "axiom", "opaque", "unsafe", "partial",
-        "set_option", "run_tac", "run_cmd", "run_elab", "run_meta", "elab", "elab_rules",
-        "macro", "macro_rules", "syntax", "notation", "infix", "infixl", "infixr",
-        "prefix", "postfix", "addDecl", "addAndCompile", "hint", "import", "theorem",
-        "lemma", "def", "instance", "abbrev", "example", "structure", "inductive", "class",
-        "attribute", "namespace", "section", "universe", "variable", "initialize",
-        "builtin_initialize")),
+        "sorry", "admit", "native_decide", "bv_decide", "implemented_by", "extern", "csimp",
+        "axiom", "opaque", "unsafe", "partial", "set_option", "run_tac", "run_cmd", "run_elab",
+        "run_meta", "by_elab", "elab", "elab_rules", "macro", "macro_rules", "syntax", "notation",
+        "infix", "infixl", "infixr", "prefix", "postfix", "hint", *_COMMAND_KEYWORDS)),
+    *(_name(w) for w in ("sorryAx", "ofReduceBool", "ofReduceNat", "trustCompiler", "addDecl",
+                         "addAndCompile", "compileDecl", "evalConst")),
     ("decide +native", re.compile(r"\+\s*native\b|\bnative\s*:=")),
-    ("Lean.", re.compile(_ID_START + r"Lean\.")),
+    ("Lean.", re.compile(_NAME_START + r"Lean\.")),
     ("debug.", re.compile(_ID_START + r"debug\.")),
     *(_search_tactic(w) for w in ("apply?", "exact?", "rw?", "simp?", "aesop?")),
     # Commands such as #print/#eval; `#s` in the middle of a term is Finset.card notation.
@@ -67,10 +83,26 @@ class Acceptance:
   system_error: bool = False  # The checker failed (crash, bad header): retry, do not reward.
 
 
+def _line_of(text: str, index: int) -> int:
+  return text.count("\n", 0, index) + 1
+
+
 def banned_construct(text: str) -> str | None:
-  """The first banned construct in `text` (comments ignored) as 'name (line N)', or None."""
+  """The first banned construct in `text` as 'name (line N)', or None.
+
+  Comments are ignored (Lean's lexer decides what is one: lexer.py); literals are not, and
+  escaped names `«Lean».x` are read as the names they are. A string literal containing `{` is
+  reported too: whether it is interpolated (`s!"…{code}…"`, `throwError "…"`) is the parser's
+  choice, so no lexer can say where it ends.
+  """
   code = strip_lean_comments(text)
   hits = []
+  for segment in lexer.lex(code):
+    piece = code[segment.start:segment.end]
+    if segment.kind == lexer.STRING and not piece.startswith("r") and "{" in piece:
+      hits.append((segment.start, "string with '{' (interpolation)"))
+      break
+  code = lexer.unescape_names(code)
   for name, pattern in BANNED_CONSTRUCTS:
     match = pattern.search(code)
     if match:
@@ -78,7 +110,24 @@ def banned_construct(text: str) -> str | None:
   if not hits:
     return None
   start, name = min(hits)
-  return f"{name} (line {code.count(chr(10), 0, start) + 1})"
+  return f"{name} (line {_line_of(code, start)})"
+
+
+def top_level_command(proof_body: str) -> str | None:
+  """'top-level command (line N)' when a line after the body's first starts with code at column 0.
+
+  The body continues the `:= by` line, so its tactics are indented; code at column 0 (outside
+  comments and literals) is a new command, whatever its keyword.
+  """
+  masked = lexer.mask_literals(proof_body)
+  match = re.search(r"\n(?=\S)", masked)
+  return None if match is None else f"top-level command (line {_line_of(masked, match.end())})"
+
+
+def proof_body_violation(proof_body: str) -> str | None:
+  """Why `proof_body` is not plain tactic text for the fixed statement (banned construct or a
+  top-level command), or None."""
+  return banned_construct(proof_body) or top_level_command(proof_body)
 
 
 def proof_command(statement: str, proof_body: str) -> str:
@@ -126,7 +175,7 @@ def _lean_failure(result: LeanCheckResult) -> Acceptance | None:
 
 def accept_proof(statement: str, proof_body: str, check_result: LeanCheckResult) -> Acceptance:
   """Applies the acceptance rule to the REPL's answer for proof_command(statement, body)."""
-  banned = banned_construct(proof_body)
+  banned = proof_body_violation(proof_body)
   if banned:
     return Acceptance(False, f"banned construct in proof body: {banned}")
   failed = _lean_failure(check_result)
@@ -154,7 +203,7 @@ def check_proofs(pool, header: str, statement: str,
   verdicts: list[Acceptance | None] = [None] * len(proof_bodies)
   to_run = []
   for i, body in enumerate(proof_bodies):
-    banned = banned_construct(body)
+    banned = proof_body_violation(body)
     if banned:
       verdicts[i] = Acceptance(False, f"banned construct in proof body: {banned}")
     else:

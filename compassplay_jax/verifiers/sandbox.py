@@ -6,14 +6,17 @@ Usage:
     assert result.ok and result.value_repr == "1"
 
 Each worker is a spawned interpreter (`sandbox_worker.py`) with a scrubbed
-environment. Jobs are run in fresh forked children with rlimits, a fresh temp
-dir, a private network namespace and a per-worker uid (see docs/sandbox.md and
-`isolation_report`). The pool never unpickles anything from a worker, and a
-dead or stuck worker is killed and replaced, so callers never hang.
+environment. Each job runs in a fresh process forked from a zygote that has
+never held any job's data, inside fresh PID, mount (own /tmp, /dev/shm, cwd)
+and IPC namespaces, under a per-worker uid, rlimits and a seccomp deny-list,
+in a private network namespace (see docs/sandbox.md and `isolation_report`).
+The pool never unpickles anything from a worker, and a dead or stuck worker is
+killed and replaced, so callers never hang.
 """
 import concurrent.futures
 import dataclasses
 import json
+import logging
 import os
 import pathlib
 import queue
@@ -33,6 +36,12 @@ _STARTUP_TIMEOUT_S = 60.0
 # Slack for fork, cleanup and IPC beyond the job's own timeout before the pool
 # declares the worker stuck.
 _WORKER_GRACE_S = 5.0
+# Isolation layers that can be switched off (to measure what each one costs).
+LAYERS = ("netns", "mountns", "pidns", "uid", "jobns", "ipcns", "seccomp")
+# Report entries and the words that mean the layer is fully on.
+_LAYER_ACTIVE = {"network": "netns", "pid": "pidns per job", "job_fs": "fresh tmpfs per job",
+                 "ipc": "IPC namespace per job", "seccomp": "deny-list", "sockets": "hidden:"}
+_log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -186,7 +195,7 @@ class _WorkerHandle:
           del self._buffer[:_FRAME.size + size]
           try:
             return json.loads(payload)
-          except ValueError:
+          except Exception:  # pylint: disable=broad-except  (a broken worker is replaced)
             return None
       remaining = deadline - time.monotonic()
       if remaining <= 0:
@@ -235,10 +244,19 @@ class SandboxPool:
   """Thread-safe pool; use as a context manager or call close()."""
 
   def __init__(self, num_workers: Optional[int] = None, limits: SandboxLimits = SandboxLimits(),
-               *, network: str = "auto", hidden_paths: Optional[Sequence[str]] = None):
-    """network: "auto" (netns when possible), "netns" (required) or "socket-guard"."""
+               *, network: str = "auto", hidden_paths: Optional[Sequence[str]] = None,
+               disabled_layers: Sequence[str] = ()):
+    """network: "auto" (netns when possible), "netns" (required) or "socket-guard".
+
+    disabled_layers: names from LAYERS to leave off, for measuring their cost only.
+    Layers the kernel refuses are logged (warning) with the reason and reported in
+    `isolation_report`.
+    """
     if network not in ("auto", "netns", "socket-guard"):
       raise ValueError(f"network must be auto, netns or socket-guard, got {network!r}")
+    unknown = sorted(set(disabled_layers) - set(LAYERS))
+    if unknown:
+      raise ValueError(f"disabled_layers: unknown layers {unknown}; known: {LAYERS}")
     if not isinstance(limits, SandboxLimits):
       raise TypeError(f"limits must be SandboxLimits, got {type(limits).__name__}")
     self.num_workers = int(num_workers or os.cpu_count() or 1)
@@ -247,11 +265,13 @@ class SandboxPool:
     self.limits = limits
     self._config = {"limits": dataclasses.asdict(limits), "network": network,
                     "hidden_paths": list(default_hidden_paths() if hidden_paths is None
-                                         else hidden_paths)}
+                                         else hidden_paths),
+                    "disabled": sorted(set(disabled_layers))}
     self._queue = queue.Queue()
     self._closed = False
     self._lock = threading.Lock()
     self.workers_started = 0
+    self.sandbox_uids = set()  # Every uid a worker of this pool ran jobs as (for host checks).
     self.isolation_report = {}
     ready = [threading.Event() for _ in range(self.num_workers)]
     errors = []
@@ -264,6 +284,12 @@ class SandboxPool:
     if errors:
       self.close()
       raise errors[0]
+    for key, active in _LAYER_ACTIVE.items():
+      value = self.isolation_report.get(key, "missing")
+      if "disabled)" in value:
+        continue  # Switched off on purpose (disabled_layers).
+      if not value.startswith(active) or "NOT hidden" in value:
+        _log.warning("sandbox isolation layer %r is degraded: %s", key, value)
 
   @property
   def isolation(self) -> str:
@@ -310,6 +336,8 @@ class SandboxPool:
     handle = _WorkerHandle(self._config)
     with self._lock:
       self.workers_started += 1
+      if handle.uid is not None:
+        self.sandbox_uids.add(handle.uid)
       if not self.isolation_report:
         self.isolation_report = dict(handle.isolation)
     return handle

@@ -13,7 +13,10 @@ import signal
 import sys
 import sysconfig
 
+import sandbox_seccomp  # pylint: disable=g-import-not-at-top  (a sibling plain-script module)
+
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY = 1
@@ -28,6 +31,17 @@ PR_SET_PDEATHSIG = 1
 # Sandbox uids start here; worker pid is added so concurrent workers (even of
 # different pools or test sessions) never share a uid.
 UID_BASE = 200000
+
+# Layers a caller may switch off (benchmarks measure each one's cost this way).
+LAYERS = ("netns", "mountns", "pidns", "uid", "jobns", "ipcns", "seccomp")
+# Where host services keep unix sockets; covered by an empty tmpfs in the worker's mount namespace.
+SOCKET_DIRS = ("/run", "/var/run")
+# Fresh per job (its own tmpfs in the job's mount namespace); the job's cwd is JOB_WORKDIR. Every
+# other world-writable dir is made read-only in the worker's mount namespace instead (one mount
+# per job fewer for each).
+JOB_TMP_DIRS = ("/tmp", "/dev/shm")
+JOB_WORKDIR = "/tmp/job"
+JOB_TMPFS_OPTIONS = "size=64m,nr_inodes=4096,mode=1777"
 
 # Never hidden: the interpreter and its shared libraries live there.
 _SYSTEM_DIRS = frozenset(("/", "/usr", "/usr/local", "/usr/lib", "/lib", "/lib64", "/bin", "/sbin",
@@ -98,27 +112,53 @@ def _hide_path(hidden, keep, staging):
   mount(None, hidden, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
-def setup_worker_isolation(network, hidden_paths, sandbox_root):
+def host_socket_dirs():
+  """Directories holding filesystem unix sockets of this network namespace (/proc/net/unix)."""
+  dirs = set()
+  try:
+    with open("/proc/net/unix") as f:
+      next(f, None)
+      for line in f:
+        parts = line.split()
+        if len(parts) >= 8 and parts[7].startswith("/"):
+          dirs.add(os.path.dirname(parts[7]))
+  except OSError:
+    pass
+  return sorted(dirs)
+
+
+def setup_worker_isolation(network, hidden_paths, sandbox_root, disabled=()):
   """Puts the calling (worker) process into private namespaces; returns (report, flags).
 
   network: "auto" | "netns" | "socket-guard". hidden_paths: directories to
   cover with an empty tmpfs (the trainer's repo, cwd, home). sandbox_root: where
-  job directories are made (inside a private tmpfs when mounts are available).
+  job directories are made when there is no per-job mount namespace. disabled:
+  names from LAYERS to leave off (for measuring their cost). Every layer that is
+  not active says why in the report.
   """
+  disabled = set(disabled)
+  unknown = disabled - set(LAYERS)
+  if unknown:
+    raise ValueError(f"unknown sandbox layers {sorted(unknown)}; known: {LAYERS}")
   report = {}
   is_root = os.geteuid() == 0
   netns = False
   mountns = False
-  if network != "socket-guard" and is_root:
+  socket_dirs = sorted(set(SOCKET_DIRS) | set(host_socket_dirs()))  # Read before leaving the netns.
+  want_net = network != "socket-guard" and "netns" not in disabled
+  want_mount = "mountns" not in disabled
+  if is_root and (want_net or want_mount):
+    flags = (CLONE_NEWNET if want_net else 0) | (CLONE_NEWNS if want_mount else 0)
     try:
-      unshare(CLONE_NEWNET | CLONE_NEWNS)
-      netns = mountns = True
+      unshare(flags)
+      netns, mountns = want_net, want_mount
     except OSError:
-      try:
-        unshare(CLONE_NEWNET)
-        netns = True
-      except OSError:
-        pass
+      if want_net:
+        try:
+          unshare(CLONE_NEWNET)
+          netns = True
+        except OSError:
+          pass
   if network == "netns" and not netns:
     raise OSError("network namespace requested but the kernel refused it")
   report["network"] = "netns" if netns else "socket-guard"
@@ -127,10 +167,9 @@ def setup_worker_isolation(network, hidden_paths, sandbox_root):
   if mountns:
     try:
       mount("none", "/", None, MS_REC | MS_PRIVATE)
-      staging_parent = "/tmp"
       for path in world_writable_dirs():
         mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=256m,mode=1777")
-      staging = os.path.join(staging_parent, ".cp_staging")
+      staging = os.path.join("/tmp", ".cp_staging")
       os.makedirs(staging, exist_ok=True)
       keep = python_paths()
       for path in sorted({os.path.realpath(p) for p in hidden_paths}, key=len):
@@ -146,33 +185,144 @@ def setup_worker_isolation(network, hidden_paths, sandbox_root):
           ", ".join(hidden_done) or "none")
     except OSError as e:
       report["filesystem"] = f"partial ({e})"
+    report["sockets"] = _hide_socket_dirs(socket_dirs, python_paths())
   else:
     report["filesystem"] = "host (no mount namespace)"
+    report["sockets"] = "host socket paths visible (no mount namespace)"
   os.makedirs(sandbox_root, mode=0o711, exist_ok=True)
   os.chmod(sandbox_root, 0o711)
 
   pidns = False
-  if is_root or mountns:
-    pidns = _probe_pid_namespace()
-  report["pid"] = "pidns per job" if pidns else "process group + uid sweep"
-  uid = UID_BASE + os.getpid() if is_root else None
+  if "pidns" in disabled:
+    report["pid"] = "process group + uid sweep (pidns disabled)"
+  else:
+    if is_root or mountns:
+      pidns = _probe_unshare(CLONE_NEWPID, check_pid1=True)
+    report["pid"] = "pidns per job" if pidns else "process group + uid sweep"
+  uid = UID_BASE + os.getpid() if is_root and "uid" not in disabled else None
   if uid is not None and not _probe_uid_can_import(uid):
     uid = None
   report["user"] = f"uid {uid}" if uid is not None else f"same uid ({os.geteuid()})"
-  return report, {"netns": netns, "pidns": pidns, "uid": uid}
+
+  jobns = False
+  if "jobns" in disabled:
+    report["job_fs"] = "shared per-worker tmp dirs (jobns disabled)"
+  elif not mountns:
+    report["job_fs"] = "shared tmp dirs (no worker mount namespace)"
+  else:
+    jobns = _probe_unshare(CLONE_NEWNS, mounts=True)
+    if jobns:
+      read_only = _make_read_only([p for p in world_writable_dirs() if p not in JOB_TMP_DIRS])
+      report["job_fs"] = ("fresh tmpfs per job: " + ", ".join(JOB_TMP_DIRS) + f"; cwd {JOB_WORKDIR}"
+                          + (f"; read-only: {', '.join(read_only)}" if read_only else ""))
+    else:
+      report["job_fs"] = "shared per-worker tmp dirs (kernel refused a mount namespace per job)"
+  ipcns = False
+  if "ipcns" in disabled:
+    report["ipc"] = "host IPC namespace (ipcns disabled)"
+  elif not is_root:
+    report["ipc"] = "host IPC namespace (not root)"
+  else:
+    ipcns = _probe_unshare(CLONE_NEWIPC)
+    report["ipc"] = ("IPC namespace per job" if ipcns
+                     else "host IPC namespace (kernel refused CLONE_NEWIPC)")
+  seccomp = False
+  if "seccomp" in disabled:
+    report["seccomp"] = "off (seccomp disabled)"
+  else:
+    reason = sandbox_seccomp.unavailable_reason() or _probe_seccomp()
+    seccomp = reason is None
+    if seccomp:
+      sandbox_seccomp.prepare()  # Built once here; job processes inherit it.
+    report["seccomp"] = (f"deny-list ({len(sandbox_seccomp.build_filter())} BPF instructions)"
+                         if seccomp else f"off ({reason})")
+  return report, {"netns": netns, "pidns": pidns, "uid": uid, "jobns": jobns, "ipcns": ipcns,
+                  "seccomp": seccomp}
 
 
-def _probe_pid_namespace():
-  """True when a forked child may create a fresh PID namespace (needed per job)."""
+def _hide_socket_dirs(dirs, keep):
+  """Covers each socket directory with an empty read-only tmpfs (host sockets unreachable)."""
+  hidden, failed = [], []
+  for path in sorted({os.path.realpath(d) for d in dirs}, key=len):
+    if path in ("/", "/tmp", "/var/tmp", "/dev/shm") or not os.path.isdir(path):
+      continue  # World-writable dirs are already fresh tmpfs (and per job with jobns).
+    if any(_is_under(path, h) for h in hidden) or any(_is_under(k, path) for k in keep):
+      continue
+    try:
+      mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+      hidden.append(path)
+    except OSError as e:
+      failed.append(f"{path} ({e.strerror})")
+  text = "hidden: " + (", ".join(hidden) or "none")
+  return text + (f"; NOT hidden: {', '.join(failed)}" if failed else "")
+
+
+def _make_read_only(paths):
+  """Remounts the worker's private tmpfs copies of `paths` read-only; returns those done."""
+  done = []
+  for path in paths:
+    try:
+      mount(None, path, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+      done.append(path)
+    except OSError:
+      pass
+  return done
+
+
+def enter_job_namespaces(flags):
+  """In the per-job supervisor (root, before forking the job): fresh PID, mount and IPC
+  namespaces, a fresh tmpfs over every JOB_TMP_DIRS entry and an empty work dir."""
+  ns = (CLONE_NEWPID if flags["pidns"] else 0) | (CLONE_NEWNS if flags["jobns"] else 0) | (
+      CLONE_NEWIPC if flags["ipcns"] else 0)
+  if ns:
+    unshare(ns)
+  if flags["jobns"]:
+    for path in JOB_TMP_DIRS:
+      if os.path.isdir(path) and not os.path.islink(path):
+        mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, JOB_TMPFS_OPTIONS)
+    os.mkdir(JOB_WORKDIR, 0o700)
+    if flags["uid"] is not None:
+      os.chown(JOB_WORKDIR, flags["uid"], flags["uid"])
+
+
+def _probe_seccomp():
+  """None when a child can install the filter and still fork; else the reason."""
+  r, w = os.pipe()
+  pid = os.fork()
+  if pid == 0:
+    os.close(r)
+    try:
+      sandbox_seccomp.install()
+      inner = os.fork()
+      if inner == 0:
+        os._exit(0)
+      os.waitpid(inner, 0)
+      os.write(w, b"ok")
+    except BaseException as e:  # pylint: disable=broad-except
+      os.write(w, f"{type(e).__name__}: {e}".encode()[:500])
+    os._exit(0)
+  os.close(w)
+  message = os.read(r, 1000).decode(errors="replace")
+  os.close(r)
+  os.waitpid(pid, 0)
+  return None if message == "ok" else (message or "probe died")
+
+
+def _probe_unshare(flags, check_pid1=False, mounts=False):
+  """True when a forked child may unshare `flags` (and mount a tmpfs there / be PID 1)."""
   pid = os.fork()
   if pid == 0:
     try:
-      unshare(CLONE_NEWPID)
-      inner = os.fork()
-      if inner == 0:
-        os._exit(0 if os.getpid() == 1 else 1)
-      _, status = os.waitpid(inner, 0)
-      os._exit(os.waitstatus_to_exitcode(status))
+      unshare(flags)
+      if mounts:
+        mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, JOB_TMPFS_OPTIONS)
+      if check_pid1:
+        inner = os.fork()
+        if inner == 0:
+          os._exit(0 if os.getpid() == 1 else 1)
+        _, status = os.waitpid(inner, 0)
+        os._exit(os.waitstatus_to_exitcode(status))
+      os._exit(0)
     except BaseException:
       os._exit(1)
   _, status = os.waitpid(pid, 0)

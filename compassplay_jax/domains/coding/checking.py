@@ -17,28 +17,35 @@ the sandbox (`sandbox_prelude._cp_canon`). The sandbox never sees the gold
 value while it runs an answer, objects of non-builtin types (always-equal
 __eq__, str subclasses, ...) never have a canonical text, and a gold output
 that is not a plain value (e.g. a truncated repr) matches nothing.
+
+Model output never makes these functions raise: an answer that cannot be
+parsed, run or read back is wrong, and the reason is counted in `verdict_stats`.
 """
-import json
 from typing import List, Sequence, Tuple
 
 from compassplay_jax.domains.coding import jobs
 from compassplay_jax.domains.coding import parsing
 from compassplay_jax.domains.coding import tasks
+from compassplay_jax.domains.coding import verdict_stats
 
 _FAILED = "!"  # Canonical texts never start with "!"; failures always do.
+# A canonical text is at most a few result_bytes long; anything longer is not one.
+_MAX_CANON_CHARS = 1 << 20
 
 
 def _json_list(result, expected_len):
-  if not result.ok or result.value_text is None:
-    return [_FAILED + (result.error_type or result.status)] * expected_len
-  try:
-    values = json.loads(result.value_text)
-  except ValueError:
-    values = None
-  if not isinstance(values, list) or len(values) != expected_len or not all(
-      isinstance(v, str) for v in values):
+  """The job's canonical texts; failures become '!Reason' entries (never raises)."""
+  if not result.ok or not isinstance(result.value_text, str):
+    return [_FAILED + str(result.error_type or result.status)] * expected_len
+  values = parsing.json_string_list(result.value_text, expected_len)
+  if values is None or any(len(v) > _MAX_CANON_CHARS for v in values):
     return [_FAILED + "Malformed"] * expected_len
   return values
+
+
+def _reason(values) -> str:
+  failed = [v for v in values if v.startswith(_FAILED)]
+  return "error: " + failed[0][1:40] if failed else "wrong"
 
 
 def _gold_texts(task: tasks.CodingTask) -> List[str]:
@@ -67,21 +74,28 @@ def check_answers(pool, task: tasks.CodingTask, answers: Sequence[str]) -> List[
 
 
 def check_many(pool, items: Sequence[Tuple[tasks.CodingTask, Sequence[str]]]) -> List[List[bool]]:
-  """check_answers for many (task, answers) pairs in a single pool batch."""
+  """check_answers for many (task, answers) pairs in a single pool batch.
+
+  Answers that are not str, are longer than parsing.MAX_RESPONSE_CHARS, or fail in
+  any way are wrong; the gold and each answer run in separate jobs, and only
+  their canonical texts are compared here.
+  """
   batch, plan = [], []
   for task, answers in items:
     gold_texts = _gold_texts(task)
-    unique = sorted({a for a in answers if isinstance(a, str)})
+    answers = list(answers)
+    unique = sorted({a for a in answers
+                     if isinstance(a, str) and len(a) <= parsing.MAX_RESPONSE_CHARS})
     entry = {"gold": (len(batch), len(gold_texts)), "answers": {}}
     batch.append(jobs.canon_values_job(gold_texts))
     for answer in unique:
       job, size = _answer_job(task, answer)
       entry["answers"][answer] = (len(batch), size)
       batch.append(job)
-    plan.append(entry)
+    plan.append((answers, entry))
   results = pool.run_batch(batch)
   verdicts = []
-  for (task, answers), entry in zip(items, plan):
+  for (answers, entry) in plan:
     index, size = entry["gold"]
     gold = _json_list(results[index], size)
     verdict = {}
@@ -89,12 +103,28 @@ def check_many(pool, items: Sequence[Tuple[tasks.CodingTask, Sequence[str]]]) ->
       values = _json_list(results[index], size)
       verdict[answer] = bool(gold) and all(
           not g.startswith(_FAILED) and g == v for g, v in zip(gold, values))
-    verdicts.append([verdict.get(a, False) if isinstance(a, str) else False for a in answers])
+      verdict_stats.count("checking", "correct" if verdict[answer] else _reason(values))
+    row = []
+    for a in answers:
+      if a in verdict if isinstance(a, str) else False:
+        row.append(verdict[a])
+      else:
+        verdict_stats.count("checking", "no answer")
+        row.append(False)
+    verdicts.append(row)
   return verdicts
 
 
 def extract_solver_answer(task: tasks.CodingTask, response: str):
   """The answer text from a full solver response (after '<think>'); None when absent."""
+  try:
+    return _extract_solver_answer(task, response)
+  except Exception:  # pylint: disable=broad-except  (parsing is total; this is a backstop)
+    verdict_stats.count("checking", "parse error")
+    return None
+
+
+def _extract_solver_answer(task, response):
   answer = parsing.extract_answer(response)
   if not answer:
     return None

@@ -13,6 +13,11 @@ program does in the sandbox can make a wrong answer "equal" to the gold one.
   Python's == would be for builtin data types (1 == 1.0 == True, dict and set
   order ignored, list != tuple). Any other type (e.g. a class whose __eq__
   always returns True) raises, so it can never match.
+
+Binding: the worker runs this prelude with a snapshot of the builtins taken
+before any program code, and every module function the helpers call is bound
+to a `_cp_*` name below, so a program that patches `builtins.repr`, `json.dumps`
+or `ast.walk` later changes nothing here.
 """
 import ast as _cp_ast
 import builtins as _cp_builtins
@@ -21,6 +26,15 @@ import json as _cp_json
 import math as _cp_math
 import os as _cp_os
 import re as _cp_re
+
+# Bound now, before any program runs.
+_cp_compile = compile
+_CP_ONLY_AST = _cp_ast.PyCF_ONLY_AST
+_CP_AST_NODE = _cp_ast.AST
+_cp_isnan, _cp_isinf = _cp_math.isnan, _cp_math.isinf
+_cp_urandom = _cp_os.urandom
+_cp_encode_str = _cp_json.encoder.encode_basestring_ascii
+_cp_repr = repr
 
 _CP_SAFE_CALLS = {name: getattr(_cp_builtins, name) for name in (
     "abs", "all", "any", "bin", "bool", "bytes", "chr", "complex", "dict", "divmod", "enumerate",
@@ -51,16 +65,34 @@ class _CpNonDeterministic(Exception):
   """Two calls with fresh arguments disagreed."""
 
 
+def _cp_walk(tree):
+  """ast.walk without looking anything up in the ast module at call time."""
+  todo = [tree]
+  while todo:
+    node = todo.pop()
+    yield node
+    for field in type(node)._fields:
+      value = getattr(node, field, None)
+      if type(value) is list:
+        todo.extend(v for v in value if isinstance(v, _CP_AST_NODE))
+      elif isinstance(value, _CP_AST_NODE):
+        todo.append(value)
+
+
+def _cp_parse_ast(src, mode):
+  return _cp_compile(src, "<value>", mode, _CP_ONLY_AST)
+
+
 def _cp_check(tree, names):
   bound = set()
-  for node in _cp_ast.walk(tree):
+  for node in _cp_walk(tree):
     if isinstance(node, _cp_ast.arg):
       bound.add(node.arg)
     elif isinstance(node, _cp_ast.comprehension):
-      for target in _cp_ast.walk(node.target):
+      for target in _cp_walk(node.target):
         if isinstance(target, _cp_ast.Name):
           bound.add(target.id)
-  for node in _cp_ast.walk(tree):
+  for node in _cp_walk(tree):
     if not isinstance(node, _CP_NODES):
       raise _CpRejected(f"{type(node).__name__} is not allowed in a value")
     if isinstance(node, _cp_ast.Attribute) and _CP_BAD_ATTR.search(node.attr):
@@ -78,7 +110,7 @@ def _cp_check(tree, names):
 def _cp_parse(src, names):
   if type(src) is not str or len(src) > _CP_MAX_SRC:
     raise _CpRejected("value text missing or too long")
-  tree = _cp_ast.parse(src.strip(), mode="eval")
+  tree = _cp_parse_ast(src.strip(), "eval")
   _cp_check(tree, names)
   return tree
 
@@ -97,7 +129,7 @@ def _cp_call_args(src, names=None):
   names = dict(names or {})
   names["_cp_collect"] = lambda *args, **kwargs: (args, kwargs)
   text = src.strip()
-  tree = _cp_ast.parse(f"_cp_collect({text}\n)", mode="eval")
+  tree = _cp_parse_ast(f"_cp_collect({text}\n)", "eval")
   call = tree.body
   if not isinstance(call, _cp_ast.Call) or not isinstance(call.func, _cp_ast.Name):
     raise _CpRejected("not an argument list")
@@ -126,9 +158,9 @@ def _cp_canon(value, _depth=0, _stack=None):
   if kind is bool or kind is int:
     return f"n{int(value)}"
   if kind is float:
-    if _cp_math.isnan(value):
-      return "nan#" + _cp_os.urandom(8).hex()
-    if _cp_math.isinf(value):
+    if _cp_isnan(value):
+      return "nan#" + _cp_urandom(8).hex()
+    if _cp_isinf(value):
       return "f" + ("inf" if value > 0 else "-inf")
     if value == int(value):
       return f"n{int(value)}"
@@ -198,10 +230,12 @@ def _cp_gold_output(f, args_src, names):
   args2, kwargs2 = _cp_call_args(args_src, names)
   first = f(*args1, **kwargs1)
   second = f(*args2, **kwargs2)
-  first_repr, second_repr = repr(first), repr(second)
+  first_repr, second_repr = _cp_repr(first), _cp_repr(second)
+  if type(first_repr) is not str or type(second_repr) is not str:
+    raise _CpNotPlain("__repr__ returned a str subclass")
   if bool(first != second) or first_repr != second_repr:
     raise _CpNonDeterministic("two calls with the same input returned different values")
-  return _cp_truncate(str(first_repr).strip())
+  return _cp_truncate(str.strip(first_repr))
 
 
 def _cp_canon_or_reason(thunk):
@@ -212,5 +246,6 @@ def _cp_canon_or_reason(thunk):
     return "!" + type(e).__name__
 
 
-def _cp_dumps(value):
-  return _cp_json.dumps(value)
+def _cp_dumps(values):
+  """JSON list of str, written with the C string encoder bound above (not json.dumps)."""
+  return "[" + ", ".join([_cp_encode_str(v) for v in values]) + "]"

@@ -5,16 +5,22 @@ defining exactly one function (renamed to `f`), no banned or dynamic imports,
 no `input(` call, an input that is a plain value expression, and runs
 deterministically (two calls on fresh arguments agree by != and by repr). The
 gold output is repr(f(input)).strip(), truncated to 200 + '...' + 200 chars
-beyond 400 as in AZR.
+beyond 400 as in AZR. Programs also pass `static_rules` (no way to reach the
+interpreter internals the trusted helpers use).
+
+Model output never makes these functions raise: any failure of a parse, a
+sandbox run or a JSON step becomes an invalid verdict with a reason, counted in
+`verdict_stats`.
 """
 import ast
-import json
 import re
 from typing import Optional, Sequence, Tuple
 
 from compassplay_jax.domains.coding import jobs
 from compassplay_jax.domains.coding import parsing
+from compassplay_jax.domains.coding import static_rules
 from compassplay_jax.domains.coding import tasks
+from compassplay_jax.domains.coding import verdict_stats
 
 # AZR's banned_words (azr_ppo_trainer.yaml), matched against dotted import components.
 AZR_BANNED_MODULES = ("logging", "random", "multiprocessing", "pebble", "subprocess", "threading",
@@ -39,12 +45,51 @@ def _module_hits(module: str, banned: Sequence[str]) -> Optional[str]:
   return None
 
 
-def banned_import_reason(code: str, banned: Sequence[str] = AZR_BANNED_MODULES) -> Optional[str]:
-  """Reason the program imports a banned module or imports dynamically; None when clean."""
+MAX_AST_DEPTH = 400  # real programs stay far below (CRUXEval, AZR seeds: < 50)
+
+
+def _ast_depth(tree) -> int:
+  """The AST's depth, without recursion."""
+  deepest, stack = 0, [(tree, 1)]
+  while stack:
+    node, depth = stack.pop()
+    deepest = max(deepest, depth)
+    stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+  return deepest
+
+
+def safe_parse(code: str):
+  """(tree, None) or (None, reason): ast.parse that never raises on model text.
+
+  Deep nesting raises RecursionError or MemoryError inside the parser (bounded
+  by its own stack limit), NUL bytes ValueError; all become a reason.
+  """
+  if not isinstance(code, str):
+    return None, f"program is {type(code).__name__}, not str"
   try:
     tree = ast.parse(code)
+    # Whether the parser itself gives up depends on the interpreter's recursion limit; a fixed bound
+    # makes the verdict the same in every process and keeps later recursive passes safe.
+    if _ast_depth(tree) > MAX_AST_DEPTH:
+      return None, f"unparsable: nested deeper than {MAX_AST_DEPTH} (nested too deeply)"
+    return tree, None
   except SyntaxError as e:
-    return f"syntax error: {e.msg}"
+    return None, f"syntax error: {e.msg} (line {e.lineno})"
+  except (RecursionError, MemoryError) as e:
+    return None, f"unparsable: {type(e).__name__} (nested too deeply)"
+  except Exception as e:  # pylint: disable=broad-except  (ValueError for NUL bytes, ...)
+    return None, f"unparsable: {type(e).__name__}"
+
+
+def banned_import_reason(code: str, banned: Sequence[str] = AZR_BANNED_MODULES) -> Optional[str]:
+  """Reason the program imports a banned module or imports dynamically; None when clean."""
+  tree, reason = safe_parse(code)
+  if tree is None:
+    return reason
+  return _banned_import_reason(tree, banned)
+
+
+def _banned_import_reason(tree, banned) -> Optional[str]:
   for node in ast.walk(tree):
     if isinstance(node, ast.Import):
       for alias in node.names:
@@ -71,14 +116,16 @@ def banned_import_reason(code: str, banned: Sequence[str] = AZR_BANNED_MODULES) 
 
 def import_lines(code: str) -> Tuple[str, ...]:
   """Source of every import statement (nested ones too), as AZR's parse_imports collects."""
-  try:
-    tree = ast.parse(code)
-  except SyntaxError:
+  tree, _ = safe_parse(code)
+  if tree is None:
     return ()
   lines = []
   for node in ast.walk(tree):
     if isinstance(node, (ast.Import, ast.ImportFrom)):
-      text = ast.unparse(node)
+      try:
+        text = ast.unparse(node)
+      except Exception:  # pylint: disable=broad-except  (import lines are flat; never expected)
+        continue
       if text not in lines:
         lines.append(text)
   return tuple(lines)
@@ -98,18 +145,22 @@ def static_check(program: str, *, reject_multiple_functions: bool = True,
     return f"{len(names)} function definitions (exactly one allowed)", program
   if names[0] != "f":
     program = re.sub(rf"\b{re.escape(names[0])}\b", "f", program)
-  try:
-    ast.parse(program)
-  except SyntaxError as e:
-    return f"syntax error: {e.msg} (line {e.lineno})", program
+  tree, reason = safe_parse(program)
+  if tree is None:
+    return reason, program
   if _INPUT_CALL_RE.search(program):
     return "program contains 'input('", program
-  reason = banned_import_reason(program, banned)
+  reason = _banned_import_reason(tree, banned) or static_rules.unsafe_reason(tree)
   return reason, program
 
 
 def _failure(result) -> str:
   return f"{result.status}: {result.error_type}: {(result.error_message or '')[:200]}"
+
+
+def _invalid(reason: str) -> Result:
+  verdict_stats.count("validation", reason)
+  return False, reason, None
 
 
 def validate_io_batch(pool, items, **static_kwargs):
@@ -119,20 +170,26 @@ def validate_io_batch(pool, items, **static_kwargs):
   for i, (task_type, program, args) in enumerate(items):
     if task_type not in (tasks.DEDUCTION, tasks.ABDUCTION):
       raise ValueError(f"validate_io_batch takes deduction/abduction items, got {task_type!r}")
-    reason, program = static_check(program, **static_kwargs)
-    if reason is None and len(args) > MAX_INPUT_CHARS:
-      reason = f"input longer than {MAX_INPUT_CHARS} chars"
+    try:
+      reason, program = static_check(program, **static_kwargs)
+      if reason is None and not isinstance(args, str):
+        reason = f"input is {type(args).__name__}, not str"
+      if reason is None and len(args) > MAX_INPUT_CHARS:
+        reason = f"input longer than {MAX_INPUT_CHARS} chars"
+    except Exception as e:  # pylint: disable=broad-except  (a bug here must not stop training)
+      reason = f"static check failed: {type(e).__name__}"
     if reason is not None:
-      outcomes[i] = (False, reason, None)
+      outcomes[i] = _invalid(reason)
     else:
       pending.append((i, task_type, program, args))
   results = pool.run_batch([jobs.gold_output_job(p, a) for _, _, p, a in pending])
   for (i, task_type, program, args), result in zip(pending, results):
-    if not result.ok or result.value_text is None:
-      outcomes[i] = (False, _failure(result), None)
+    if not result.ok or not isinstance(result.value_text, str):
+      outcomes[i] = _invalid(_failure(result))
       continue
     task = tasks.CodingTask(type=task_type, program=program, input=args, output=result.value_text,
                             imports=import_lines(program))
+    verdict_stats.count("validation", "ok")
     outcomes[i] = (True, "ok", task)
   return outcomes
 
@@ -147,32 +204,40 @@ def validate_proposal(pool, task_type: str, response: str, *, source_program: Op
   a ```message; every input must pass the determinism check; the first half of
   the pairs are visible to the solver, the rest hidden.
   """
+  if task_type not in tasks.TASK_TYPES:
+    raise ValueError(f"task_type must be one of {tasks.TASK_TYPES}, got {task_type!r}")
+  if task_type == tasks.INDUCTION and source_program is None:
+    raise ValueError("induction validation needs source_program")
+  try:
+    return _validate_proposal(pool, task_type, response, source_program, num_inputs,
+                              static_kwargs)
+  except Exception as e:  # pylint: disable=broad-except  (model output never crashes the trainer)
+    return _invalid(f"validation error: {type(e).__name__}")
+
+
+def _validate_proposal(pool, task_type, response, source_program, num_inputs, static_kwargs):
   answer = parsing.extract_answer(response)
   if not answer:
-    return False, "no <answer> content", None
+    return _invalid("no <answer> content")
   if task_type in (tasks.DEDUCTION, tasks.ABDUCTION):
     parsed = parsing.parse_code_and_input(answer)
     if parsed is None:
-      return False, "missing ```python or ```input block", None
+      return _invalid("missing ```python or ```input block")
     return validate_io_batch(pool, [(task_type, parsed[0], parsed[1])], **static_kwargs)[0]
-  if task_type != tasks.INDUCTION:
-    raise ValueError(f"task_type must be one of {tasks.TASK_TYPES}, got {task_type!r}")
-  if source_program is None:
-    raise ValueError("induction validation needs source_program")
   parsed = parsing.parse_inputs_and_message(answer, num_inputs)
   if parsed is None:
-    return False, f"fewer than {num_inputs} ```input blocks or no message", None
+    return _invalid(f"fewer than {num_inputs} ```input blocks or no message")
   inputs, message = parsed
   if any(len(text) > MAX_INPUT_CHARS for text in inputs):
-    return False, f"an input is longer than {MAX_INPUT_CHARS} chars", None
+    return _invalid(f"an input is longer than {MAX_INPUT_CHARS} chars")
   result = pool.run(jobs.gold_outputs_job(source_program, inputs))
-  if not result.ok or result.value_text is None:
-    return False, _failure(result), None
-  outputs = json.loads(result.value_text)
-  if (not isinstance(outputs, list) or len(outputs) != len(inputs)
-      or not all(isinstance(o, str) for o in outputs)):
-    return False, "sandbox returned malformed outputs", None
+  if not result.ok or not isinstance(result.value_text, str):
+    return _invalid(_failure(result))
+  outputs = parsing.json_string_list(result.value_text, len(inputs))
+  if outputs is None:
+    return _invalid("sandbox returned malformed outputs")
   task = tasks.CodingTask(type=tasks.INDUCTION, program=source_program, inputs=tuple(inputs),
                           outputs=tuple(outputs), message=message,
                           imports=import_lines(source_program), num_visible=len(inputs) // 2)
+  verdict_stats.count("validation", "ok")
   return True, "ok", task

@@ -1,0 +1,156 @@
+"""A seccomp deny-list for sandbox jobs, built as classic BPF with ctypes + prctl (stdlib only).
+
+Installed in the job process after its namespaces, uid drop and rlimits, just before the
+program runs; it cannot be removed and is inherited by every child. Denied calls fail with
+EPERM (clone3 with ENOSYS, so libc falls back to clone, whose flags the filter can inspect):
+
+- namespaces: unshare, setns, clone with any CLONE_NEW* flag (no user namespace, no escape
+  from the job's PID/mount/IPC namespaces);
+- mounts and roots: mount, umount2, pivot_root, chroot, the new mount API (fsopen, ...);
+- other processes' memory and the kernel: ptrace, process_vm_readv/writev, bpf,
+  perf_event_open, userfaultfd, io_uring, keyrings, module and kexec loading, reboot, swap,
+  acct, syslog, quotactl, open_by_handle_at, personality;
+- sockets other than AF_INET/AF_INET6 (no unix socket to the host, no netlink, no packet
+  sockets) and socketpair. Inet sockets are harmless inside the empty network namespace.
+
+This file is imported by `sandbox_worker.py`, a plain script: it must not import the package.
+"""
+import ctypes
+import errno
+import platform
+import struct
+
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+_RET_ALLOW = 0x7FFF0000
+_RET_ERRNO = 0x00050000
+_RET_KILL_PROCESS = 0x80000000
+_NS_FLAGS = 0x7E020080  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET|NEWTIME
+_AF_INET, _AF_INET6 = 2, 10
+
+_DENIED = ("unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "ptrace",
+           "process_vm_readv", "process_vm_writev", "bpf", "perf_event_open", "keyctl", "add_key",
+           "request_key", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
+           "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+           "reboot", "swapon", "swapoff", "acct", "socketpair", "fsopen", "fsconfig", "fsmount",
+           "fspick", "open_tree", "move_mount", "mount_setattr", "name_to_handle_at",
+           "open_by_handle_at", "personality", "syslog", "quotactl", "vhangup")
+
+# (AUDIT_ARCH, syscall numbers); from asm/unistd_64.h and asm-generic/unistd.h.
+_ARCHES = {
+    "x86_64": (0xC000003E, dict(
+        unshare=272, setns=308, clone=56, clone3=435, mount=165, umount2=166, pivot_root=155,
+        chroot=161, ptrace=101, process_vm_readv=310, process_vm_writev=311, bpf=321,
+        perf_event_open=298, keyctl=250, add_key=248, request_key=249, userfaultfd=323,
+        io_uring_setup=425, io_uring_enter=426, io_uring_register=427, kexec_load=246,
+        kexec_file_load=320, init_module=175, finit_module=313, delete_module=176, reboot=169,
+        swapon=167, swapoff=168, acct=163, socket=41, socketpair=53, fsopen=430, fsconfig=431,
+        fsmount=432, fspick=433, open_tree=428, move_mount=429, mount_setattr=442,
+        name_to_handle_at=303, open_by_handle_at=304, personality=135, syslog=103, quotactl=179,
+        vhangup=153)),
+    "aarch64": (0xC00000B7, dict(
+        unshare=97, setns=268, clone=220, clone3=435, mount=40, umount2=39, pivot_root=41,
+        chroot=51, ptrace=117, process_vm_readv=270, process_vm_writev=271, bpf=280,
+        perf_event_open=241, keyctl=219, add_key=217, request_key=218, userfaultfd=282,
+        io_uring_setup=425, io_uring_enter=426, io_uring_register=427, kexec_load=104,
+        kexec_file_load=294, init_module=105, finit_module=273, delete_module=106, reboot=142,
+        swapon=224, swapoff=225, acct=89, socket=198, socketpair=199, fsopen=430, fsconfig=431,
+        fsmount=432, fspick=433, open_tree=428, move_mount=429, mount_setattr=442,
+        name_to_handle_at=264, open_by_handle_at=265, personality=92, syslog=116, quotactl=60,
+        vhangup=58)),
+}
+
+# Classic BPF opcodes.
+_LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
+_NR, _ARCH, _ARG0 = 0, 4, 16  # offsets in struct seccomp_data (arg0's low word, little endian)
+
+
+class _SockFprog(ctypes.Structure):
+  _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def unavailable_reason():
+  """None when a filter can be built for this machine, else why not."""
+  if platform.machine() not in _ARCHES:
+    return f"no syscall table for {platform.machine()}"
+  if struct.pack("=I", 1) != struct.pack("<I", 1):
+    return "big-endian machine"
+  return None
+
+
+def build_filter(machine=None):
+  """The BPF program as a list of (code, jt, jf, k); labels are resolved here."""
+  arch, nrs = _ARCHES[machine or platform.machine()]
+  deny = _RET_ERRNO | errno.EPERM
+  prog = [("ld", _ARCH), ("jeq", arch, None, "kill"), ("ld", _NR)]
+  if arch == 0xC000003E:
+    prog.append(("jge", 0x40000000, "deny", None))  # x32 ABI numbers alias the checks below.
+  prog.append(("jeq", nrs["clone3"], "enosys", None))
+  prog.append(("jeq", nrs["clone"], "clone", None))
+  prog.append(("jeq", nrs["socket"], "socket", None))
+  for name in _DENIED:
+    prog.append(("jeq", nrs[name], "deny", None))
+  prog += [("ret", _RET_ALLOW),
+           ("label", "clone"), ("ld", _ARG0), ("jset", _NS_FLAGS, "deny", None),
+           ("ret", _RET_ALLOW),
+           ("label", "socket"), ("ld", _ARG0), ("jeq", _AF_INET, "allow", None),
+           ("jeq", _AF_INET6, "allow", None),
+           ("label", "deny"), ("ret", deny),
+           ("label", "allow"), ("ret", _RET_ALLOW),
+           ("label", "enosys"), ("ret", _RET_ERRNO | errno.ENOSYS),
+           ("label", "kill"), ("ret", _RET_KILL_PROCESS)]
+  labels, index = {}, 0
+  for ins in prog:
+    if ins[0] == "label":
+      labels[ins[1]] = index
+    else:
+      index += 1
+  out, pc = [], 0
+  rel = lambda target: 0 if target is None else labels[target] - pc - 1
+  for ins in prog:
+    if ins[0] == "label":
+      continue
+    op = ins[0]
+    if op == "ld":
+      out.append((_LD_W_ABS, 0, 0, ins[1]))
+    elif op == "ret":
+      out.append((_RET, 0, 0, ins[1]))
+    else:
+      code = {"jeq": _JEQ, "jge": _JGE, "jset": _JSET}[op]
+      jt, jf = rel(ins[2]), rel(ins[3])
+      assert 0 <= jt < 256 and 0 <= jf < 256, "BPF jump out of range"
+      out.append((code, jt, jf, ins[1]))
+    pc += 1
+  return out
+
+
+_prepared = None
+
+
+def prepare():
+  """Builds the filter and the prctl binding once (before any job), returning both."""
+  global _prepared
+  if _prepared is None:
+    reason = unavailable_reason()
+    if reason:
+      raise OSError(errno.ENOSYS, reason)
+    program = build_filter()
+    raw = b"".join(struct.pack("=HBBI", *ins) for ins in program)
+    buffer = ctypes.create_string_buffer(raw, len(raw))
+    fprog = _SockFprog(len(program), ctypes.cast(buffer, ctypes.c_void_p))
+    libc = ctypes.CDLL(None, use_errno=True)
+    prctl = libc.prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                      ctypes.c_ulong]
+    _prepared = (prctl, fprog, buffer)
+  return _prepared
+
+
+def install():
+  """Sets no_new_privs and installs the filter on the calling thread; raises OSError on failure."""
+  prctl, fprog, _ = prepare()
+  if prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+    raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+  if prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0) != 0:
+    raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")

@@ -1,0 +1,217 @@
+"""Fuzz: hostile model outputs never crash the trainer (issue 17, item 3).
+
+10,000+ generated outputs (deep nesting, huge literals, NUL bytes, invalid UTF-8,
+forged result text, megabyte programs, random bytes, tag soup, regex-backtracking
+bait) go through proposal validation and solver checking for every task type with
+a real pool. Asserts: no exception escapes, every verdict is a bool / (bool, str,
+task|None), the pool still answers, and the trainer's resident memory stays bounded.
+A second test feeds forged sandbox results (what a compromised job could send back).
+"""
+import random
+import sys
+import time
+
+import pytest
+
+from compassplay_jax.domains.coding import buffers
+from compassplay_jax.domains.coding import checking
+from compassplay_jax.domains.coding import parsing
+from compassplay_jax.domains.coding import tasks
+from compassplay_jax.domains.coding import validation
+from compassplay_jax.domains.coding import verdict_stats
+from compassplay_jax.verifiers.sandbox import ExecResult, Job, SandboxLimits, SandboxPool
+
+NUM_OUTPUTS = 10_000
+SEED = 17
+_TOKENS = ["<think>", "</think>", "<answer>", "</answer>", "```python\n", "```input\n",
+           "```message\n", "```output\n", "```", "\n", "# Input:", "# Message:", "output(", ")",
+           "<output>", "</output>", "<message>", "def f(a):\n", "    return a\n", "the output is ",
+           "(", "[", "{", "'", '"', "\\", "\x00", "\udcff", " " * 50, "\n" * 50]
+
+
+def _rss_bytes():
+  with open("/proc/self/status") as f:
+    for line in f:
+      if line.startswith("VmRSS:"):
+        return int(line.split()[1]) * 1024
+  raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def _hostile_program(rng):
+  k = rng.choice([3000, 19000, 50])
+  body = rng.choice([
+      lambda: "-" * k + "1",
+      lambda: "not " * k + "1",
+      lambda: "(" * k + "1" + ")" * k,
+      lambda: "[" * k + "]" * k,
+      lambda: "9" * rng.choice([5000, 15000, 30000]),
+      lambda: repr("x" * rng.choice([1000, 19000])),
+      lambda: "a\x00b",
+      lambda: bytes(rng.randrange(256) for _ in range(200)).decode("utf-8", "surrogateescape"),
+      lambda: "__import__('os').system('id')",
+      lambda: "repr.__self__",
+      lambda: "a if a else " * 200 + "a",
+      lambda: "'" + "\\" * 101 + "'",
+      lambda: "{'status': 'ok', 'value_text': '[\"n1\"]'}",
+  ])()
+  program = f"def f(a):\n    return {body}\n"
+  if rng.random() < 0.02:
+    program = "x = 1\n" * 200_000 + program  # A megabyte program.
+  return program
+
+
+def _hostile_input(rng):
+  return rng.choice([
+      "1", "'a'", "[1, 2]", "(" * 5000 + ")" * 5000, "-" * 19000 + "1", "9" * 4000,
+      "'x' * 10 ** 9", "__import__('os')", "f(3)", "(lambda: 1)()", "a\x00", "\udcff",
+      "[" * 300 + "]" * 300, "{1: " * 100 + "1" + "}" * 100, "1, k=2", "*[1, 2]",
+  ])
+
+
+def _hostile_output(rng, i):
+  kind = i % 8
+  if kind == 0:  # Random bytes, as latin-1 text or with lone surrogates.
+    data = bytes(rng.randrange(256) for _ in range(rng.choice([10, 300, 3000])))
+    return data.decode(rng.choice(["latin-1", "utf-8"]), "surrogateescape")
+  if kind == 1:  # Tag soup.
+    return "".join(rng.choice(_TOKENS) for _ in range(rng.randrange(1, 200)))
+  if kind == 2:  # Regex-backtracking bait: many openers with no closer.
+    opener = rng.choice(["<message>", "output(", "```input", "</think><answer>", "\n", "#"])
+    return "<answer>" + opener * rng.choice([1000, 20000])
+  if kind == 3:  # Forged result / canonical text where an answer is expected.
+    forged = rng.choice(['{"status": "ok", "value_text": "[\\"n1\\"]"}', '["n1", "n2"]',
+                         "[" * 50000, "\x00" * 100, '"' + "\\u0000" * 100 + '"'])
+    return f"<think></think><answer>```output\n{forged}\n```</answer>"
+  if kind == 4:  # Huge text.
+    return "<answer>" + rng.choice(["x", "(", "```"]) * rng.choice([1 << 16, 1 << 20, 1 << 21])
+  # Well-formed proposals and answers with hostile content: these reach the sandbox.
+  program = _hostile_program(rng)
+  inputs = "".join(f"```input\n{_hostile_input(rng)}\n```\n" for _ in range(rng.choice([1, 10])))
+  return (f"<think>t</think><answer>\n```python\n{program}```\n{inputs}```message\nm\n```\n"
+          f"```output\n{_hostile_input(rng)}\n```\n</answer>")
+
+
+def _targets():
+  ded = tasks.CodingTask(type=tasks.DEDUCTION, program="def f(a):\n    return a * 2",
+                         input="3", output="6")
+  abd = tasks.CodingTask(type=tasks.ABDUCTION, program="def f(a):\n    return a * 2",
+                         input="3", output="6")
+  return {tasks.DEDUCTION: ded, tasks.ABDUCTION: abd,
+          tasks.INDUCTION: buffers.IDENTITY_INDUCTION_SEED}
+
+
+@pytest.mark.slow
+def test_ten_thousand_hostile_outputs_never_crash_the_trainer():
+  rng = random.Random(SEED)
+  outputs = [_hostile_output(rng, i) for i in range(NUM_OUTPUTS)]
+  assert len(outputs) >= 10_000
+  targets = _targets()
+  types = list(tasks.TASK_TYPES)
+  verdict_stats.snapshot(reset=True)
+  limits = SandboxLimits(timeout_s=3.0, cpu_time_s=3, memory_bytes=512 << 20)
+  with SandboxPool(num_workers=2, limits=limits) as pool:
+    rss_before = _rss_bytes()
+    start = time.monotonic()
+    for lo in range(0, NUM_OUTPUTS, 500):
+      chunk = list(enumerate(outputs[lo:lo + 500], lo))
+      items = {t: [] for t in types}
+      for i, text in chunk:
+        task_type = types[i % 3]
+        result = validation.validate_proposal(
+            pool, task_type, text, source_program=buffers.IDENTITY_PROGRAM)
+        assert isinstance(result, tuple) and len(result) == 3 and isinstance(result[0], bool)
+        assert isinstance(result[1], str) and (result[2] is None) == (not result[0])
+        assert isinstance(parsing.format_ok(text), bool)
+        items[task_type].append(checking.extract_solver_answer(targets[task_type], text))
+      verdicts = checking.check_many(pool, [(targets[t], items[t]) for t in types])
+      for t, row in zip(types, verdicts):
+        assert len(row) == len(items[t]) and all(v is False or v is True for v in row)
+    elapsed = time.monotonic() - start
+    assert pool.run(Job(code="x = 6 * 7", expr="x")).value_repr == "42"
+    growth = _rss_bytes() - rss_before
+  counts = verdict_stats.snapshot()
+  print(f"\n{NUM_OUTPUTS} outputs in {elapsed:.0f} s; RSS growth {growth >> 20} MiB; {counts}")
+  assert growth < 256 << 20, f"trainer RSS grew by {growth >> 20} MiB"
+  assert sum(v for k, v in counts.items() if k.startswith("validation/")) >= NUM_OUTPUTS
+  assert counts.get("validation/ok", 0) > 0  # Some hostile proposals were real, valid tasks.
+
+
+class _ForgingPool:
+  """Returns whatever a compromised sandbox job could make the worker report."""
+
+  def __init__(self, rng):
+    self.rng = rng
+
+  def _forged(self):
+    value_text = self.rng.choice([
+        "[" * 200_000 + "]" * 200_000, '["n1"' + ", " * 10 + "]", "\x00", "\udcff" * 10,
+        '{"a": 1}', "[1, 2, 3, 4, 5]", '["' + "a" * (1 << 21) + '"]', "NaN", "null",
+        '["n1", "n1", "n1", "n1", "n1"]', None, "", "1e999999", '"' * 3])
+    status = self.rng.choice(["ok", "ok", "ok", "error", "timeout", "memory"])
+    return ExecResult(status=status, value_repr=None if value_text is None else repr(value_text),
+                      stdout="", stderr="", error_type=None, error_message=None, duration_s=0.0,
+                      value_text=value_text)
+
+  def run(self, job):
+    return self.run_batch([job])[0]
+
+  def run_batch(self, jobs):
+    return [self._forged() for _ in jobs]
+
+
+def test_forged_sandbox_results_never_crash_the_trainer():
+  rng = random.Random(SEED)
+  pool = _ForgingPool(rng)
+  targets = _targets()
+  proposal = ("<think>t</think><answer>\n```python\ndef f(a):\n    return a\n```\n"
+              + "```input\n1\n```\n" * 10 + "```message\nm\n```\n</answer>")
+  for _ in range(100):
+    for task_type in tasks.TASK_TYPES:
+      valid, reason, task = validation.validate_proposal(
+          pool, task_type, proposal, source_program=buffers.IDENTITY_PROGRAM)
+      assert isinstance(valid, bool) and isinstance(reason, str)
+      if valid:  # Only a well-formed forged text can make a task; it is then plain data.
+        assert all(isinstance(o, str) for o in task.outputs + (task.output,))
+      row = checking.check_answers(pool, targets[task_type], ["1", "2", None, 3])
+      assert len(row) == 4 and all(v is False or v is True for v in row)
+
+
+class _FixedPool:
+  """Every job 'returns' the same forged str value (what a compromised job could report)."""
+
+  def __init__(self, value_text):
+    self.value_text = value_text
+
+  def run(self, job):
+    return self.run_batch([job])[0]
+
+  def run_batch(self, jobs):
+    return [ExecResult("ok", repr(self.value_text), "", "", None, None, 0.0, self.value_text)
+            for _ in jobs]
+
+
+@pytest.mark.parametrize("depth", [3000, 19000])
+def test_deeply_nested_proposal_is_invalid_not_a_crash(depth):
+  """Issue 17 (2): ~3000 nested unary operators raised RecursionError (19000: MemoryError). The
+  verdict must not depend on the process's recursion limit (pytest-xdist workers raise it)."""
+  program = "def f(a):\n    return " + "-" * depth + "a\n"
+  response = f"<think></think><answer>\n```python\n{program}```\n```input\n1\n```\n</answer>"
+  limit = sys.getrecursionlimit()
+  sys.setrecursionlimit(max(limit, 50000))
+  try:
+    valid, reason, task = validation.validate_proposal(_FixedPool("1"), tasks.DEDUCTION, response)
+  finally:
+    sys.setrecursionlimit(limit)
+  assert (valid, task) == (False, None) and reason.startswith("unparsable"), reason
+
+
+@pytest.mark.parametrize("forged", ["[" * 100_000, "not json", '["a", 1]', "{}", '["x"]'])
+def test_forged_value_text_is_invalid_not_a_crash(forged):
+  """Issue 17 (2): a forged value_text made the trainer raise JSONDecodeError/RecursionError."""
+  response = ("<think></think><answer>\n" + "```input\n1\n```\n" * 10 + "```message\nm\n```\n"
+              "</answer>")
+  valid, reason, _ = validation.validate_proposal(
+      _FixedPool(forged), tasks.INDUCTION, response, source_program=buffers.IDENTITY_PROGRAM)
+  assert not valid and reason == "sandbox returned malformed outputs", reason
+  assert checking.check_answers(_FixedPool(forged), _targets()[tasks.INDUCTION],
+                                ["def f(a):\n    return a"]) == [False]

@@ -6,6 +6,9 @@ Runs are interleaved (ours, torch, ours, torch ...) so machine load hits both al
 reports the median over `--repeats`. Compilation is excluded (one warm-up call per batch size).
 
   python3 experiments/bench_sampling.py --batches 1 8 32 --new 128 --repeats 3 [--torch-threads 1]
+
+`--engine continuous` times the continuous-batching engine instead (as many slots as rows, the same
+rows and budgets, chunks of `--chunk` steps), against the same torch runs.
 """
 from __future__ import annotations
 
@@ -57,10 +60,9 @@ def _torch_run(model, tok, prompts, new, temperature, top_k):
   return len(prompts) * new / elapsed
 
 
-def _jax_run(graphdef, params, tok, prompts, config, seed):
-  from compassplay_jax.sampling import generate
+def _jax_run(engine, tok, prompts, config, seed):
   start = time.perf_counter()
-  res = generate(graphdef, params, tok, prompts, config, jax.random.key(seed))
+  res = engine.generate(prompts, config, jax.random.key(seed))
   elapsed = time.perf_counter() - start
   assert all(n == config.max_new_tokens for n in res.lengths)
   return len(prompts) * config.max_new_tokens / elapsed
@@ -77,10 +79,13 @@ def main():
   # On a loaded machine torch's OpenMP threads stall at barriers (2 threads measured 10x slower than 1
   # at load 6 on 2 cores); 0 keeps torch's default.
   parser.add_argument("--torch-threads", type=int, default=0)
+  parser.add_argument("--engine", choices=["static", "continuous"], default="static")
+  parser.add_argument("--chunk", type=int, default=16, help="continuous engine: decode steps per call")
   args = parser.parse_args()
 
   from compassplay_jax import load_model
   from compassplay_jax.sampling import SamplingConfig
+  from compassplay_jax.sampling.engine import make_engine
   model, tok = load_model("smollm2-135m")
   graphdef, params = nnx.split(model)
   torch_model = None if args.no_torch else _torch_model()
@@ -88,19 +93,22 @@ def main():
     import torch
     torch.set_num_threads(args.torch_threads)
   print(f"jax {jax.__version__}, {jax.devices()[0].platform}; temperature {args.temperature}, "
-        f"top-k {args.top_k}, {args.new} new tokens, torch threads {args.torch_threads or 'default'}, "
+        f"top-k {args.top_k}, {args.new} new tokens, {args.engine} engine, "
+        f"torch threads {args.torch_threads or 'default'}, "
         f"load average {os.getloadavg()[0]:.1f}")
   rows = []
   for batch in args.batches:
     prompts = _prompts(tok, batch)
     config = SamplingConfig(temperature=args.temperature, top_k=args.top_k, max_new_tokens=args.new, eos_ids=(),
                             micro_batch_size=max(batch, 1))
+    options = dict(slots=batch, chunk_tokens=args.chunk) if args.engine == "continuous" else {}
+    engine = make_engine(args.engine, graphdef, tok, params, **options)
     start = time.perf_counter()
-    _jax_run(graphdef, params, tok, prompts, config, 0)  # compile
+    _jax_run(engine, tok, prompts, config, 0)  # compile
     warm = time.perf_counter() - start
     ours, theirs = [], []
     for r in range(args.repeats):
-      ours.append(_jax_run(graphdef, params, tok, prompts, config, r + 1))
+      ours.append(_jax_run(engine, tok, prompts, config, r + 1))
       if torch_model is not None:
         theirs.append(_torch_run(torch_model, tok, prompts, args.new, args.temperature, args.top_k))
     j = statistics.median(ours)

@@ -34,6 +34,25 @@ def bytes_per_row(cfg: ModelConfig, prompt_len: int, max_new: int) -> int:
   return cache + prefill + vocab + 2 * max_new * 4
 
 
+def bytes_per_slot(cfg: ModelConfig, cache_length: int, cache_dtype: str) -> int:
+  """Device bytes one continuous-batching slot needs: its KV cache row and per-step temporaries
+  (attention scores and probabilities over the cache, vocab-sized logits)."""
+  cache = 2 * cfg.num_hidden_layers * cache_length * cfg.num_key_value_heads * cfg.head_dim
+  scores = 2 * cfg.num_attention_heads * cache_length * 4
+  return cache * np.dtype(cache_dtype).itemsize + scores + 4 * cfg.vocab_size * 4
+
+
+def slots_for_budget(cfg: ModelConfig, cache_length: int, cache_dtype: str, budget_bytes: int,
+                     max_prompt_len: int) -> int:
+  """How many slots fit in `budget_bytes` after reserving one prompt's prefill (at least 1 or an error)."""
+  reserve = bytes_per_row(cfg, max_prompt_len, 0)
+  slots = (budget_bytes - reserve) // bytes_per_slot(cfg, cache_length, cache_dtype)
+  if slots < 1:
+    raise ValueError(f"memory budget of {budget_bytes} bytes holds no decode slot of cache length "
+                     f"{cache_length} ({bytes_per_slot(cfg, cache_length, cache_dtype)} bytes + {reserve} reserved)")
+  return int(slots)
+
+
 def rows_per_call(cfg: ModelConfig, prompt_len: int, config: SamplingConfig) -> int:
   """Most rows (prompts x samples) one device call may hold."""
   rows = config.micro_batch_size

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from compassplay_jax.models.decoder import model_config
 from compassplay_jax.sampling import batching, decode
 from compassplay_jax.sampling.config import SamplingConfig
 from compassplay_jax.sampling.prompts import encode_prompts
@@ -62,11 +63,12 @@ def _pad_id(tokenizer, eos_ids) -> int:
 
 
 def _run_micro_batch(graphdef, params, mb: batching.MicroBatch, key, config: SamplingConfig,
-                     eos_ids, pad_id, finder: StopFinder, fns=decode):
+                     eos_ids, pad_id, finder: StopFinder, fns=decode, key_index=None):
   """Decodes one micro-batch; returns host arrays (tokens, logprobs, lengths, reasons) per row."""
   static = dict(sampler=config.sampler, eos_ids=eos_ids, pad_id=pad_id)
+  key_ids = mb.prompt_index if key_index is None else key_index[mb.prompt_index]
   state = fns.prefill(graphdef, params, jnp.asarray(mb.input_ids), jnp.asarray(mb.mask),
-                         jnp.asarray(mb.prompt_index), jnp.asarray(mb.live), key,
+                         jnp.asarray(key_ids), jnp.asarray(mb.live), key,
                          n_samples=config.n_samples, max_new_tokens=config.max_new_tokens, **static)
   n, rows = config.max_new_tokens, mb.input_ids.shape[0] * config.n_samples
   host_done = ~np.repeat(mb.live, config.n_samples)
@@ -97,7 +99,7 @@ def _run_micro_batch(graphdef, params, mb: batching.MicroBatch, key, config: Sam
 
 
 def generate(graphdef, params, tokenizer, prompts: Sequence[str] | Sequence[Sequence[int]],
-             config: SamplingConfig, key, device_fns=None) -> GenerationResult:
+             config: SamplingConfig, key, device_fns=None, key_index=None) -> GenerationResult:
   """Samples `config.n_samples` completions for each prompt (text or token ids).
 
   graphdef, params: `nnx.split(model)`; params may be sharded over a mesh. key: a PRNG key (or int
@@ -105,6 +107,8 @@ def generate(graphdef, params, tokenizer, prompts: Sequence[str] | Sequence[Sequ
   tokenizer may be None for id prompts without stop strings (eos_ids must then be in config).
   device_fns: an object with `prefill` and `decode` like `decode`'s, e.g. `sharding.ShardedSampler(mesh)`
   to run them with explicit shardings on a mesh; None uses the plain jitted ones.
+  key_index: the number each prompt's keys are folded with (default its position), so a caller that
+  splits one request list into several calls (engine.StaticEngine) keeps each request's draws.
   """
   if not prompts:
     raise ValueError("prompts is empty")
@@ -117,9 +121,13 @@ def generate(graphdef, params, tokenizer, prompts: Sequence[str] | Sequence[Sequ
   n_rows = len(prompt_ids) * config.n_samples
   out_tokens, out_lp = [None] * n_rows, [None] * n_rows
   out_len, out_reason = np.zeros((n_rows,), np.int32), [None] * n_rows
+  if key_index is not None:
+    key_index = np.asarray(key_index, np.int32)
+    if key_index.shape != (len(prompt_ids),):
+      raise ValueError(f"key_index has shape {key_index.shape}, expected ({len(prompt_ids)},)")
   for mb in batching.plan(prompt_ids, model_cfg, config, pad_id):
     tokens, logprobs, lengths, reasons = _run_micro_batch(graphdef, params, mb, key, config, eos_ids, pad_id,
-                                                          finder, device_fns or decode)
+                                                          finder, device_fns or decode, key_index)
     for p in np.flatnonzero(mb.live):
       for j in range(config.n_samples):
         r, g = p * config.n_samples + j, int(mb.prompt_index[p]) * config.n_samples + j
@@ -139,7 +147,7 @@ def generate(graphdef, params, tokenizer, prompts: Sequence[str] | Sequence[Sequ
 
 def graphdef_config(graphdef, params):
   """The ModelConfig of a split Decoder (needed for memory estimates)."""
-  return nnx.merge(graphdef, params).config
+  return model_config(graphdef, params)
 
 
 def make_generate_fn(model, tokenizer, config: SamplingConfig | None = None,

@@ -13,8 +13,11 @@ from compassplay_jax.sampling.config import SamplerParams
 
 
 def step_keys(row_keys: jax.Array, step: jax.Array) -> jax.Array:
-  """One key per row for this step: a row's draws depend only on its own key and the step."""
-  return jax.vmap(jax.random.fold_in, in_axes=(0, None))(row_keys, step)
+  """One key per row for this step: a row's draws depend only on its own key and the step.
+
+  step: a scalar (every row at the same token index) or (B,) (each row's own token index).
+  """
+  return jax.vmap(jax.random.fold_in, in_axes=(0, None if jnp.ndim(step) == 0 else 0))(row_keys, step)
 
 
 def _draw(keys: jax.Array, logits: jax.Array) -> jax.Array:

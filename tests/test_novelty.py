@@ -66,6 +66,13 @@ def test_copy_threshold_is_strict():
   assert not is_copy(eight_of_ten, seed, language="python")  # J > 0.8 is required.
 
 
+def test_exact_copy_is_not_a_rename():
+  renamed_theorem = SEED_LEAN.replace("theorem ", "theorem other_name_", 1)
+  assert not is_rename(SEED_LEAN, SEED_LEAN, "lean")
+  assert not is_rename(renamed_theorem, SEED_LEAN, "lean")  # the theorem's own name is not a binder
+  assert not is_rename("def f(a):\n  return a", "def f(a):\n    return a  # same", "python")
+
+
 def test_lean_rename_is_detected_though_jaccard_misses_it():
   assert is_rename(RENAMED_LEAN, SEED_LEAN, "lean")
   assert not is_copy(RENAMED_LEAN, SEED_LEAN)
@@ -141,7 +148,7 @@ def test_batch_metrics():
                 "theorem c (n : ℕ) : n + 0 = n := by"]
   metrics = batch_novelty_metrics(candidates, [SEED_LEAN] * 4, "lean")
   assert metrics["copy_rate"] == pytest.approx(2 / 4)  # The exact copy and the one-number edit.
-  assert metrics["rename_rate"] == pytest.approx(2 / 4)  # The exact copy and the rename.
+  assert metrics["rename_rate"] == pytest.approx(1 / 4)  # The rename; an exact copy is no rename.
   jaccards = [token_jaccard(c, SEED_LEAN, "lean") for c in candidates]
   assert metrics["mean_jaccard"] == pytest.approx(sum(jaccards) / 4)
   assert metrics["count"] == 4
@@ -169,7 +176,8 @@ def test_minif2f_renames_are_detected_and_distinct_statements_are_not(shared_dat
   renamed_count = 0
   for statement in statements:
     renamed, n_names = _rename_all(statement, rng)
-    assert is_rename(renamed, statement, "lean"), statement
+    # A statement with no bound names renames to itself: identical, so no rename.
+    assert is_rename(renamed, statement, "lean") == (n_names > 0), statement
     if n_names:
       renamed_count += 1
       assert renamed.split(":", 1)[1] != statement.split(":", 1)[1]

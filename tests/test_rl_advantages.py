@@ -87,3 +87,59 @@ def test_conjecture_band_and_reinforce_min_max():
 def test_overlong_penalty():
   got = advantages.overlong_penalty([0, 6553, 7372.8, 8192, 9000], 8192)
   np.testing.assert_allclose(got, [0.0, 0.0, -0.5, -1.0, -1.0], atol=1e-6)
+
+
+def _floored_oracle(rewards, selected, floor=0.0):
+  """A plain loop: baseline max(mean, floor) over selected rows, divided by the RMS deviation."""
+  chosen = [r for r, s in zip(rewards, selected) if s]
+  if not chosen:
+    return [0.0] * len(rewards)
+  base = max(sum(chosen) / len(chosen), floor)
+  rms = (sum((r - base) ** 2 for r in chosen) / len(chosen)) ** 0.5
+  return [((r - base) / rms if rms > 1e-12 else 0.0) if s else 0.0 for r, s in zip(rewards, selected)]
+
+
+@pytest.mark.parametrize("rewards, selected", [
+    ([0.0, -0.1, 0.2], [1, 1, 1]),          # the issue's example
+    ([0.0, 0.3, 0.6, 0.0], [1, 1, 1, 0]),
+    ([0.0, -0.1, -0.2], [1, 1, 1]),         # all others below zero
+    ([0.5, 0.5], [1, 1]),
+    ([-0.4], [1]),
+    ([0.9, 0.0], [0, 0]),
+])
+def test_floored_baseline_matches_a_naive_loop(rewards, selected):
+  got = advantages.floored_baseline_advantages(rewards, np.asarray(selected, bool))
+  np.testing.assert_allclose(got, _floored_oracle(rewards, selected), atol=1e-6)
+
+
+def test_floored_baseline_pushes_copies_down_never_up():
+  # SGS's min-max weights give the copy (reward 0) a positive weight when another row is below it.
+  np.testing.assert_allclose(advantages.reinforce([0.0, -0.1, 0.2]), [1 / 3, 0.0, 1.0], atol=1e-6)
+  adv = advantages.floored_baseline_advantages([0.0, -0.1, 0.2])
+  assert adv[0] < 0 and adv[1] < adv[0] and adv[2] > 0
+  np.testing.assert_allclose(adv, [-0.2673, -1.0690, 1.3363], atol=1e-4)
+  # Among rewarded conjectures a copy is trained down.
+  assert advantages.floored_baseline_advantages([0.0, 0.4, 0.7])[0] < 0
+  # Whatever the others score, a zero-reward row never gets a positive advantage.
+  rng = np.random.default_rng(0)
+  for _ in range(200):
+    r = rng.uniform(-1, 1, size=rng.integers(1, 8))
+    r[0] = 0.0
+    assert advantages.floored_baseline_advantages(r)[0] <= 0
+  # Out-of-band rows stay at 0, and all-equal rows carry no signal.
+  np.testing.assert_array_equal(advantages.floored_baseline_advantages([0.0, 0.0, 0.0]), [0, 0, 0])
+
+
+def test_sgs_solver_weights_try_and_length():
+  correct = [1, 1, 0, 0, 1, 1, 1, 1]
+  groups = [0, 0, 0, 0, 1, 1, 1, 1]  # problem 0: s = 0.5 (in band); problem 1: s = 1 (out)
+  base = advantages.sgs_solver_weights(correct, groups)
+  np.testing.assert_array_equal(base, advantages.reinforce_half(correct, groups))
+  with_try = advantages.sgs_solver_weights(correct, groups, zero_weight=[0, 1, 0, 0, 0, 0, 0, 0])
+  np.testing.assert_array_equal(with_try, [1, 0, 0, 0, 0, 0, 0, 0])
+  lengths = [90, 10, 95, 10, 90, 10, 10, 10]  # max 100: penalty starts at 80
+  got = advantages.sgs_solver_weights(correct, groups, lengths=lengths, max_tokens=100)
+  # The overlong kept proof gets the penalty -(90-80)/20; the overlong failed one stays 0 (not kept).
+  np.testing.assert_allclose(got, [-0.5, 1, 0, 0, 0, 0, 0, 0])
+  with pytest.raises(ValueError, match="without max_tokens"):
+    advantages.sgs_solver_weights(correct, groups, lengths=lengths)

@@ -17,8 +17,7 @@ import ast
 import re
 from collections.abc import Sequence
 
-from compassplay_jax.domains.lean.extraction import statement_signature
-from compassplay_jax.domains.lean.extraction import strip_lean_comments
+from compassplay_jax.lean_syntax.statements import statement_signature, strip_lean_comments
 
 COPY_THRESHOLD = 0.8  # The paper's threshold: J > 0.8 to the seed is a copy.
 
@@ -286,18 +285,26 @@ def canonicalize(text: str, language: str) -> str:
   return " ".join(_rename_token(t, mapping) for t in code_tokens(text, "lean"))
 
 
-def is_rename(candidate: str, seed: str, language: str) -> bool:
-  """True when the candidate equals the seed after canonical renaming.
+def is_identical(candidate: str, seed: str, language: str) -> bool:
+  """True when the two normalised texts have the same token sequence (a verbatim copy; for Lean
+  the theorem name, comments and layout do not count)."""
+  return code_tokens(candidate, language) == code_tokens(seed, language)
 
-  An exact copy counts too (it is the identity renaming); use `is_copy` or
-  `token_jaccard` to tell the two apart.
+
+def is_rename(candidate: str, seed: str, language: str) -> bool:
+  """True when the candidate equals the seed after canonical renaming but is not identical to it.
+
+  The paper's rename: bound variables or hypotheses renamed, nothing else changed. An exact copy
+  (`is_identical`) is not a rename; `is_copy` counts it.
   """
-  return canonicalize(candidate, language) == canonicalize(seed, language)
+  return (canonicalize(candidate, language) == canonicalize(seed, language)
+          and not is_identical(candidate, seed, language))
 
 
 def batch_novelty_metrics(candidates: Sequence[str], seeds: Sequence[str],
                           language: str) -> dict[str, float]:
-  """Copy rate (J > 0.8), rename rate and mean Jaccard over (candidate, seed) pairs."""
+  """Copy rate (J > 0.8), rename rate (canonically equal, not identical) and mean Jaccard over
+  (candidate, seed) pairs."""
   if len(candidates) != len(seeds):
     raise ValueError(f"batch_novelty_metrics: {len(candidates)} candidates but {len(seeds)} seeds")
   if not candidates:

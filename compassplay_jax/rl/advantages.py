@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-# veRL's masked_whiten adds this inside the rsqrt (AZR notes §5.2).
+# veRL's masked_whiten adds this inside the rsqrt (docs/paper_settings.md §5.2).
 TRR_EPS = 1e-8
 
 
@@ -132,9 +132,52 @@ def reinforce(rewards, selected=None) -> np.ndarray:
 def overlong_penalty(lengths, max_tokens: int, gamma: float = 0.8) -> np.ndarray:
   """DAPO-style soft length penalty in [−1, 0]: 0 up to γ·max_tokens, then linear down to −1 at max_tokens.
 
-  SGS applies it to solver rollouts with γ = 0.8 (lean notes §1.3); the notes do not say how it is
-  combined with the weight, so the caller adds it (DAPO's convention) or ignores it.
+  SGS applies it to solver rollouts with γ = 0.8 (its step2_train.py; docs/training.md); how it is
+  combined with the weight was not established, so the caller adds it (DAPO's convention) or ignores it.
   """
   n = _as_1d("lengths", lengths).astype(np.float64)
   start = gamma * max_tokens
   return np.clip(-(n - start) / (max_tokens - start), -1.0, 0.0).astype(np.float32)
+
+
+def floored_baseline_advantages(rewards, selected=None, floor: float = 0.0) -> np.ndarray:
+  """Proposer advantages that keep zero-reward rows in the batch and push them down, never up.
+
+  Over the selected rows (default all), with b = max(mean r, floor):
+    A_i = (r_i − b) / sqrt(mean_j (r_j − b)²)        (0 for all when every r_j = b)
+  unselected rows get 0. It is REINFORCE with a batch-mean baseline (Williams 1992), whitened
+  over the round as REINFORCE++ / AZR's TRR++ (arXiv 2505.03335) do, with one change: the
+  baseline never drops below `floor` (0). A copy of the seed has reward 0 (novelty factor 0), so
+  it is trained down whenever the round's mean reward is positive and is never trained up; with
+  SGS's min-max weights (`reinforce`) it is never below 0, and is pushed up when another row
+  scores below it: reinforce([0, -0.1, 0.2]) = [0.33, 0, 1], here [-0.27, -1.07, 1.34].
+  """
+  r = _as_1d("rewards", rewards).astype(np.float64)
+  sel = np.ones(r.shape, bool) if selected is None else _as_1d("selected", selected, r.shape[0]).astype(bool)
+  adv = np.zeros(r.shape, np.float64)
+  if sel.any():
+    deviation = r[sel] - max(r[sel].mean(), floor)
+    scale = np.sqrt(np.mean(deviation ** 2))
+    if scale > 1e-12:
+      adv[sel] = deviation / scale
+  return adv.astype(np.float32)
+
+
+def sgs_solver_weights(correct, group_ids, *, max_solve_rate: float = 0.5, zero_weight=None, lengths=None,
+                       max_tokens: int | None = None, gamma: float = 0.8) -> np.ndarray:
+  """SGS's prover weights: REINFORCE½ plus its two rules on kept proofs (sgs step2_train.py,
+  prepare_prover_train_data, repo LukeBailey181/sgs).
+
+  A proof flagged in `zero_weight` (SGS: it contains `try`) gets 0. A kept proof whose length
+  passes gamma·max_tokens gets the DAPO length penalty (`overlong_penalty`, in [−1, 0)) as its
+  weight instead of 1, so an overlong correct proof is trained down.
+  """
+  c = _as_1d("correct", correct)
+  keep = None if zero_weight is None else 1.0 - _as_1d("zero_weight", zero_weight, c.shape[0]).astype(np.float64)
+  w = reinforce_half(correct, group_ids, max_solve_rate=max_solve_rate, sample_weights=keep).astype(np.float64)
+  if lengths is not None:
+    if not max_tokens:
+      raise ValueError("sgs_solver_weights: lengths given without max_tokens")
+    penalty = overlong_penalty(_as_1d("lengths", lengths, c.shape[0]), max_tokens, gamma)
+    w = np.where((w != 0) & (penalty < 0), penalty, w)
+  return w.astype(np.float32)

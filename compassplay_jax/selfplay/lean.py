@@ -1,25 +1,29 @@
-"""One iteration of Lean conjecture-and-prove self-play, SGS's schedule
-(../shared/notes/lean-selfplay-and-checking.md §1.3), with CompassPlay's proposer reward.
+"""One iteration of Lean conjecture-and-prove self-play with CompassPlay's proposer reward.
 
-  1. one conjecture per unsolved target in this iteration's batch (the conjecturer sees only the
-     target statement: SGS's TARGET_STATEMENT_ONLY_UNSOLVED);
-  2. k proof attempts for every batch target and every valid conjecture -> Lean check -> solve rates;
-  3. coverage update (a target is solved once any verified proof exists);
-  4. local reference per seed = the gradient of the solver's loss on its verified proof of that seed
-     (the most recent one we have, from this or an earlier iteration);
-  5. conjecture reward (default compassplay_cos_novelty): cos(g(conjecture), g_ref(seed)) x
-     (1 - token-Jaccard(conjecture, seed)), REINFORCE over SGS's band (0 < s <= 70th percentile),
-     min-max normalised; solver: REINFORCE-1/2 on verified proofs of problems with 0 < s <= 0.5.
-
-Eligible seeds: targets with a verified proof. A conjecture whose seed has no verified proof yet has
-no reference direction; it gets reward 0 (no gradient), and counts in `lean/conjectures_no_reference`.
+The schedule (docs/lean.md, "The loop", with sources and every difference from SGS):
+  1. conjectures: `conjectures_per_seed` for each statement the conditioning schedule picks
+     (default "seeds": every target with a verified proof; domains/lean/schedule.py);
+  2. k proof attempts for every target (solved ones included, as SGS samples all statements each
+     iteration) and every valid conjecture -> Lean check -> solve rates;
+  3. coverage update, and the seed pool keeps each target's newest verified proof;
+  4. conjecture reward (default compassplay_cos_novelty) = cos(g(conjecture's first verified
+     proof), g_ref) x (1 - token-Jaccard(conjecture, seed)), with g_ref the gradient of the seed's
+     verified proof (the one the conjecture was conditioned on) at the current params; computed for
+     every eligible conjecture (valid, 0 < s < 1, seed has a proof);
+  5. proposer advantages over SGS's band (0 < s <= p70 of eligible rates): floored-baseline
+     whitening (copies, reward 0, are trained down) or SGS's min-max REINFORCE;
+     solver: REINFORCE-1/2 on verified proofs of problems with 0 < s <= 0.5, weight 0 for `try`,
+     DAPO length penalty for overlong kept proofs (rl/advantages.sgs_solver_weights);
+  6. the run loop trains on the rows in `train_batches` (one epoch at lean.train_batch_size rows
+     per optimizer step, SGS's one epoch at batch 32).
+Stages 1 (propose), 2-3 (verify) and 5 (rows) are this file's; stage 4's gate, cosines and rewards are
+selfplay/step.py's shared reward stage, which runs them in that order.
 One model plays both roles (as in AZR); SGS trains two copies.
-g(conjecture) is the solver's loss on the conjecture's FIRST verified proof (lowest sample index).
 """
 from __future__ import annotations
 
+import dataclasses
 import random
-import time
 from typing import Any
 
 import numpy as np
@@ -27,68 +31,117 @@ import numpy as np
 from compassplay_jax.domains.lean import extraction
 from compassplay_jax.domains.lean.coverage import Coverage
 from compassplay_jax.domains.lean.prompts import conjecturer_prompt, prover_prompt
+from compassplay_jax.domains.lean.schedule import CONDITIONING, conjecture_seeds
+from compassplay_jax.domains.lean.seed_pool import SeedPool
 from compassplay_jax.domains.lean.targets import load_targets
 from compassplay_jax.metrics import histogram
 from compassplay_jax.rewards import novelty
-from compassplay_jax.rewards.proposer_rewards import REWARD_FNS, proposer_rewards
-from compassplay_jax.rl.advantages import conjecture_band, reinforce
-from compassplay_jax.selfplay import alignment
+from compassplay_jax.errors import InputFormatError, InputNotFound
+from compassplay_jax.models.config import ConfigError
+from compassplay_jax.rewards.proposer_rewards import REWARD_FNS
+from compassplay_jax.rl.advantages import conjecture_band, floored_baseline_advantages, reinforce, sgs_solver_weights
+from compassplay_jax.selfplay import alignment, rollout
+from compassplay_jax.selfplay import step as step_lib
 from compassplay_jax.selfplay.reference_set import resolve_path
-from compassplay_jax.selfplay.rollout import Row, reward_config, sample, split_key
+from compassplay_jax.selfplay.rollout import Row, reward_config
 from compassplay_jax.verifiers.lean_acceptance import check_proofs, validate_conjecture
 from compassplay_jax.verifiers.lean_repl import check_repl_command
 
-COS_REWARDS = ("compassplay_cos", "compassplay_cos_novelty", "cos")
+COS_REWARDS = ("compassplay_cos", "compassplay_cos_novelty")
+PROPOSER_ADVANTAGES = ("floored_baseline", "sgs_minmax")
+
+
+@dataclasses.dataclass
+class ConjectureOutcome:
+  """What happened to one conjecture generation (kept in LeanSelfPlay.last_conjectures)."""
+  seed: str                     # the target it was conditioned on
+  statement: str | None = None  # the validated statement (renamed theorem), None if invalid
+  formatted: bool = False
+  valid: bool = False
+  solve_rate: float = 0.0
+  jaccard: float = 1.0          # token-Jaccard to the seed statement
+  cosine: float | None = None   # None when not computed (ineligible, or no reference)
+  reward: float = 0.0
+  in_band: bool = False
+  advantage: float = 0.0
+  copy: bool = False            # J > 0.8
+  rename: bool = False          # canonically equal to the seed, not identical
 
 
 def _targets(config):
   path = config.lean.targets_path
   if not path:
-    raise ValueError("config.lean.targets_path: empty; set it to a miniF2F / Lean Workbook jsonl or a json list")
+    raise ConfigError("config.lean.targets_path: empty; set it to a miniF2F / Lean Workbook jsonl or a json list")
   resolved = resolve_path(path)
   if not resolved.is_file():
-    raise FileNotFoundError(f"{path}: target file not found (config.lean.targets_path)")
+    raise InputNotFound(f"{path}: target file not found (config.lean.targets_path)")
   targets = load_targets(resolved)
   if not targets:
-    raise ValueError(f"{path}: no statements")
+    raise InputFormatError(f"{path}: no statements")
   limit = config.lean.targets_limit
   return targets[:limit] if limit else targets
 
 
 def validate_config(config) -> None:
-  """Reward name, target file and the Lean command, before any model is loaded."""
+  """Reward name, schedule, target file and the Lean command, before any model is loaded."""
+  l = config.lean
   if config.reward.name not in REWARD_FNS:
-    raise ValueError(f"config.reward.name: {config.reward.name!r} is not one of {sorted(REWARD_FNS)}")
+    raise ConfigError(f"config.reward.name: {config.reward.name!r} is not one of {sorted(REWARD_FNS)}")
+  if l.conditioning not in CONDITIONING:
+    raise ConfigError(f"config.lean.conditioning: {l.conditioning!r} is not one of {CONDITIONING}")
+  if l.proposer_advantage not in PROPOSER_ADVANTAGES:
+    raise ConfigError(f"config.lean.proposer_advantage: {l.proposer_advantage!r} is not one of {PROPOSER_ADVANTAGES}")
+  for name in ("conjectures_per_seed", "proofs_per_problem", "epochs_per_iteration"):
+    if l[name] < 1:
+      raise ConfigError(f"config.lean.{name}: must be >= 1, got {l[name]}")
   _targets(config)
   check_repl_command(config.lean.command.split(), config.lean.cwd or None)
 
 
 class LeanSelfPlay:
-  """Holds the targets, the Lean pool, coverage and the verified proofs used as local references."""
+  """Targets, the Lean pool, coverage and the seed pool (verified proofs = local references).
 
-  def __init__(self, config, tokenizer):
+  `sampler` (default rollout.sample on the engine's sampler) generates completions; tests pass a
+  scripted one. engine: the run's device engine; None builds a one-device engine on the first step.
+  """
+
+  PHASES = ("generate", "lean", "reward")
+
+  def __init__(self, config, tokenizer, sampler=None, *, engine=None):
     from compassplay_jax.verifiers.lean_pool import LeanReplPool
-    self.config, self.tokenizer = config, tokenizer
+    validate_config(config)
+    self.config, self.tokenizer, self.engine = config, tokenizer, engine
+    self._sampler = sampler or rollout.sample
     self.targets = _targets(config)
     self.by_name = {t.name: t for t in self.targets}
     l = config.lean
     self.pool = LeanReplPool(command=l.command.split(), cwd=l.cwd or None, num_workers=l.num_workers,
                              timeout_s=l.timeout_s, memory_limit_mb=l.memory_limit_mb,
                              max_checks_per_process=l.max_checks_per_process)
-    self.coverage = Coverage([t.name for t in self.targets])
-    self.proofs: dict[str, str] = {}  # target name -> completion text of its latest verified proof
+    names = [t.name for t in self.targets]
+    self.coverage = Coverage(names)
+    self.seeds = SeedPool(names)
     self.generations = 0
+    self.supplied_checked = False
+    self.last_conjectures: list[ConjectureOutcome] = []
 
   def close(self):
     self.pool.close()
 
   def state_dict(self) -> dict[str, Any]:
-    return {"coverage": self.coverage.to_json(), "proofs": self.proofs, "generations": self.generations}
+    return {"coverage": self.coverage.to_json(), "seeds": self.seeds.to_json(), "generations": self.generations,
+            "supplied_checked": self.supplied_checked}
 
   def load_state_dict(self, state: dict[str, Any]) -> None:
     self.coverage = Coverage.from_json(state["coverage"])
-    self.proofs = dict(state["proofs"])
+    if "seeds" in state:
+      self.seeds = SeedPool.from_json(state["seeds"])
+    else:  # a checkpoint from before the seed pool: its latest proofs, dated by their first solve
+      self.seeds = SeedPool(self.coverage.target_names)
+      for name, completion in state["proofs"].items():
+        self.seeds.add(name, completion, self.coverage.history.get(name, 0))
     self.generations = int(state["generations"])
+    self.supplied_checked = bool(state.get("supplied_checked", True))
 
   def _chat(self, text: str) -> str:
     return self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
@@ -99,143 +152,229 @@ class LeanSelfPlay:
     so the model writes only the proof body (DeepSeek-Prover-V1.5's completion style)."""
     return f"```lean4\n{header}{statement.rstrip()}" if self.config.lean.prefill_proof else ""
 
-  def _prove(self, graphdef, params, problems, key):
-    """k attempts per (header, statement) problem -> (generation, per-problem verdict lists)."""
+  def prover_text(self, header: str, statement: str) -> str:
+    """The full prover prompt text (chat-wrapped, plus any prefill) of a statement."""
+    return self._chat(prover_prompt(statement, header)) + self._prover_prefill(header, statement)
+
+  def _sample(self, engine, params, prompts, key, **kwargs):
+    return self._sampler(engine.graphdef, params, self.tokenizer, prompts, self.config, key,
+                         device_fns=engine.sampler,
+                         rollout_engine=engine.rollout_engine(self.tokenizer, self.config.sampling), **kwargs)
+
+  def _prove(self, engine, params, problems, key):
+    """k attempts per (header, statement) -> (generation, per-problem verdict lists, bodies)."""
     k = self.config.lean.proofs_per_problem
     prefills = [self._prover_prefill(h, s) for h, s in problems]
     prompts = [self._chat(prover_prompt(s, h)) + pre for (h, s), pre in zip(problems, prefills)]
-    gen = sample(graphdef, params, self.tokenizer, prompts, self.config, key, n_samples=k)
-    verdicts = []
+    gen = self._sample(engine, params, prompts, key, n_samples=k)
+    verdicts, bodies = [], []
     for i, (header, statement) in enumerate(problems):
       texts = gen.texts[i * k:(i + 1) * k]
-      bodies = [extraction.extract_proof_body(prefills[i] + t) for t in texts]
-      checkable = [b for b in bodies if b is not None]
+      found = [extraction.extract_proof_body(prefills[i] + t) for t in texts]
+      checkable = [b for b in found if b is not None]
       results = iter(check_proofs(self.pool, header, statement, checkable) if checkable else [])
-      verdicts.append([bool(b is not None and next(results).ok) for b in bodies])
-    return gen, verdicts
+      verdicts.append([bool(b is not None and next(results).ok) for b in found])
+      bodies.extend(b or "" for b in found)
+    return gen, verdicts, bodies
 
-  def collect(self, graphdef, params, step: int, key) -> tuple[list[Row], dict[str, float]]:
-    cfg, l = self.config, self.config.lean
-    rng = random.Random(f"{cfg.seed}:{step}")
-    k = l.proofs_per_problem
-    k_conj, k_prove = split_key(key, 2)
-    timings = {"generate": 0.0, "lean": 0.0, "reward": 0.0}
-    unsolved = [self.by_name[n] for n in self.coverage.target_names if n not in self.coverage.solved]
-    batch = unsolved if not l.targets_per_iteration else rng.sample(unsolved, min(l.targets_per_iteration, len(unsolved)))
+  def _check_supplied_proofs(self) -> int:
+    """Once per run: proofs supplied with the target file join the pool if Lean accepts them."""
+    if self.supplied_checked:
+      return 0
+    self.supplied_checked = True
+    added = 0
+    for t in self.targets:
+      if t.proof and t.name not in self.seeds and check_proofs(self.pool, t.header, t.statement, [t.proof])[0].ok:
+        completion = extraction.prover_completion(t.proof, t.header, t.statement, self.config.lean.prefill_proof)
+        self.seeds.add(t.name, completion, 0, source="supplied")
+        added += 1
+    return added
 
-    # 1. conjectures
-    t0 = time.time()
-    conj_gen = sample(graphdef, params, self.tokenizer, [self._chat(conjecturer_prompt(t)) for t in batch], cfg,
-                      k_conj) if batch else None
-    timings["generate"] += time.time() - t0
-    conjectures = []  # (batch index, statement)
-    formats = []
-    for i, text in enumerate(conj_gen.texts if conj_gen else []):
+  # ---- one iteration: the stages selfplay/step.py runs ----------------------------------------------
+
+  def collect(self, graphdef, params, step: int, key, progress=None) -> tuple[list[Row], dict[str, Any]]:
+    if self.engine is None:
+      self.engine = step_lib.default_engine(graphdef, params, self.config)
+    return step_lib.collect(self, self.engine, params, step, key, progress)
+
+  def plan(self, step: int) -> "LeanPlan":
+    """Supplied proofs checked once per run; the targets attempted and the seeds conditioned on."""
+    l = self.config.lean
+    rng = random.Random(f"{self.config.seed}:{step}")
+    supplied = self._check_supplied_proofs()
+    targets = (self.targets if not l.targets_per_iteration else
+               [self.targets[i] for i in sorted(rng.sample(range(len(self.targets)),
+                                                           min(l.targets_per_iteration, len(self.targets))))])
+    seed_names = conjecture_seeds(l.conditioning, self.seeds.names, self.coverage.unsolved, l.seeds_per_iteration, rng)
+    return LeanPlan(step, targets, seed_names, {n: self.seeds.get(n) for n in seed_names}, supplied)
+
+  def propose(self, engine, params, plan: "LeanPlan", key, times) -> "LeanProposals":
+    """1. conjectures, conjectures_per_seed per scheduled seed, extracted and checked as statements."""
+    m = self.config.lean.conjectures_per_seed
+    with times("generate", "generate: conjectures"):
+      gen = (self._sample(engine, params, [self._chat(conjecturer_prompt(self.by_name[n])) for n in plan.seed_names],
+                          key, n_samples=m) if plan.seed_names else None)
+    outcomes = []
+    for r, text in enumerate(gen.texts if gen else []):
+      outcome = ConjectureOutcome(seed=plan.seed_names[r // m])
       extracted = extraction.extract_conjecture(text)
       ok, _, statement = validate_conjecture(extracted) if extracted else (False, "", None)
-      formats.append(extracted is not None)
+      outcome.formatted, outcome.valid = extracted is not None, ok
       if ok:
-        conjectures.append((i, extraction.rename_theorem(statement, f"compassplay_conjecture_{step}_{i}")))
+        outcome.statement = extraction.rename_theorem(statement, f"compassplay_conjecture_{plan.step}_{r}")
+      outcomes.append(outcome)
+    return LeanProposals(gen, outcomes)
 
-    # 2. proofs for batch targets and valid conjectures
-    problems = [(t.header, t.statement) for t in batch] + [(batch[i].header, s) for i, s in conjectures]
-    rows: list[Row] = []
-    rates = np.zeros((len(problems),), np.float32)
-    prove_gen, verdicts = None, []
-    if problems:
-      t0 = time.time()
-      prove_gen, verdicts = self._prove(graphdef, params, problems, k_prove)
-      timings["lean"] += time.time() - t0
-      rates = np.asarray([np.mean(v) for v in verdicts], np.float32)
-    self.generations += len(batch) + len(problems) * k
-
-    # 3. coverage, and the verified proofs that become local references
+  def verify(self, engine, params, plan: "LeanPlan", proposals: "LeanProposals", key, times) -> list:
+    """2. k proofs for every scheduled target and valid conjecture -> solve rates; 3. coverage and the
+    seed pool. One Candidate per conjecture (its first verified proof stands for g(x̃))."""
+    k, targets, outcomes = self.config.lean.proofs_per_problem, plan.targets, proposals.outcomes
+    valid_rows = [r for r, o in enumerate(outcomes) if o.valid]
+    problems = ([(t.header, t.statement) for t in targets]
+                + [(self.by_name[outcomes[r].seed].header, outcomes[r].statement) for r in valid_rows])
+    with times("lean", "lean: proofs"):
+      prove_gen, verdicts, bodies = self._prove(engine, params, problems, key) if problems else (None, [], [])
+    rates = np.asarray([np.mean(v) for v in verdicts], np.float32)
+    self.generations += len(outcomes) + len(problems) * k
     solved_now = []
-    for i, target in enumerate(batch):
+    for i, target in enumerate(targets):
       if any(verdicts[i]):
-        j = i * k + verdicts[i].index(True)
-        self.proofs[target.name] = prove_gen.texts[j]  # the completion (after any prefill)
+        self.seeds.add(target.name, prove_gen.texts[i * k + verdicts[i].index(True)], plan.step)
         solved_now.append(target.name)
-    newly = self.coverage.record(step, solved_now, generations=self.generations)
+    proposals.newly = self.coverage.record(plan.step, solved_now, generations=self.generations)
+    proposals.prove_gen, proposals.verdicts, proposals.bodies, proposals.rates = prove_gen, verdicts, bodies, rates
+    proposals.n_problems = len(problems)
+    candidates = []
+    problem_of = {r: len(targets) + c for c, r in enumerate(valid_rows)}
+    for r, o in enumerate(outcomes):
+      cand = step_lib.Candidate(group="conjecture", formatted=o.formatted, valid=o.valid,
+                                reference=o.seed if plan.references[o.seed] is not None else None)
+      if o.valid:
+        seed_statement = self.by_name[o.seed].statement
+        o.solve_rate = cand.solve_rate = float(rates[problem_of[r]])
+        o.jaccard = novelty.token_jaccard(o.statement, seed_statement, language="lean")
+        o.copy = o.jaccard > novelty.COPY_THRESHOLD
+        o.rename = novelty.is_rename(o.statement, seed_statement, "lean")
+        p = problem_of[r]
+        if any(verdicts[p]):
+          j = p * k + verdicts[p].index(True)
+          cand.solution = (prove_gen.prompt_tokens[j], prove_gen.tokens[j])
+      cand.jaccard = o.jaccard
+      candidates.append(cand)
+    return candidates
 
-    # 4-5. conjecture rewards
-    t0 = time.time()
-    n_t = len(batch)
-    conj_rates = rates[n_t:]
-    valid = np.zeros((len(batch),), bool)
-    conj_rate_by_target = np.zeros((len(batch),), np.float32)
-    cosines = np.zeros((len(batch),), np.float32)
-    jaccard = np.ones((len(batch),), np.float32)
-    no_reference = 0
-    for c, (i, statement) in enumerate(conjectures):
-      valid[i] = True
-      conj_rate_by_target[i] = conj_rates[c]
-      jaccard[i] = novelty.token_jaccard(statement, batch[i].statement, language="lean")
-      seed_proof = self.proofs.get(batch[i].name)
-      if seed_proof is None:
-        no_reference += 1
-        continue
-      if cfg.reward.name in COS_REWARDS and 0 < conj_rates[c] < 1:
-        cosines[i] = self._conjecture_cosine(graphdef, params, batch[i], seed_proof, statement,
-                                             prove_gen, n_t + c, verdicts[n_t + c])
-    has_reference = np.asarray([self.proofs.get(t.name) is not None for t in batch], bool)
-    raw = np.asarray(proposer_rewards(cfg.reward.name, cosines=cosines, solve_rates=conj_rate_by_target, valid=valid,
-                                      well_formatted=np.asarray(formats, bool), jaccard_to_seed=jaccard,
-                                      config=reward_config(cfg.reward)), np.float32) if len(batch) else np.zeros((0,), np.float32)
-    eligible = valid & (conj_rate_by_target > 0) & (conj_rate_by_target < 1)
-    if cfg.reward.name in COS_REWARDS:
-      eligible &= has_reference
+  def references(self, plan: "LeanPlan", candidates) -> dict:
+    """Local references: each seed's verified proof (the one its conjectures were conditioned on)."""
+    max_len = self.config.sampling.max_prompt_tokens + self.config.reward.max_completion_tokens
+    needed = {c.reference for c in candidates if c.reference is not None and c.valid}
+    return {name: alignment.pack_reference(
+                self.tokenizer, [self.prover_text(self.by_name[name].header, self.by_name[name].statement)],
+                [plan.references[name].completion], max_len=max_len)
+            for name in plan.seed_names if name in needed}
+
+  @property
+  def score_options(self) -> dict:
+    cfg = self.config
+    return dict(reward_name=cfg.reward.name, reward_cfg=reward_config(cfg.reward), pad_id=self.tokenizer.pad_token_id,
+                max_len=cfg.sampling.max_prompt_tokens + cfg.reward.max_completion_tokens,
+                uses_cosine=cfg.reward.name in COS_REWARDS)
+
+  def rows(self, engine, params, plan: "LeanPlan", proposals: "LeanProposals", candidates, key, times):
+    """5. conjecturer rows (SGS band, floored-baseline or min-max advantages) and solver rows
+    (REINFORCE-1/2 with SGS's `try` and length rules); rows with advantage 0 are dropped."""
+    cfg, l = self.config, self.config.lean
+    k, n_t, outcomes = l.proofs_per_problem, len(plan.targets), proposals.outcomes
+    conj_gen, prove_gen, rates = proposals.gen, proposals.prove_gen, proposals.rates
+    eligible = np.asarray([c.eligible for c in candidates], bool)
+    raw = np.asarray([c.reward for c in candidates], np.float32)
     band = np.zeros_like(eligible)
     if eligible.any():
-      band[eligible] = conjecture_band(conj_rate_by_target[eligible])
-    conj_adv = reinforce(raw, selected=band) if len(batch) else raw
-    for i in range(len(batch)):
-      rows.append(Row(conj_gen.prompt_tokens[i], conj_gen.tokens[i], conj_gen.logprobs[i], float(raw[i]),
-                      "conjecture", "proposer", advantage=float(conj_adv[i])))
-    timings["reward"] += time.time() - t0
+      band[eligible] = conjecture_band(np.asarray([o.solve_rate for o in outcomes])[eligible])
+    if l.proposer_advantage == "floored_baseline":
+      conj_adv = floored_baseline_advantages(raw, selected=band)
+    else:
+      conj_adv = reinforce(raw, selected=band)
+    rows: list[Row] = []
+    for r, (o, c) in enumerate(zip(outcomes, candidates)):
+      o.cosine, o.reward, o.in_band, o.advantage = c.cosine, float(raw[r]), bool(band[r]), float(conj_adv[r])
+      rows.append(Row(conj_gen.prompt_tokens[r], conj_gen.tokens[r], conj_gen.logprobs[r], o.reward,
+                      "conjecture", "proposer", advantage=o.advantage))
 
-    # Solver: REINFORCE-1/2 on verified proofs of problems with 0 < s <= solver_band_max.
-    for p in range(len(problems)):
-      if 0 < rates[p] <= l.solver_band_max:
-        for j, ok in enumerate(verdicts[p]):
-          if ok:
-            r = p * k + j
-            rows.append(Row(prove_gen.prompt_tokens[r], prove_gen.tokens[r], prove_gen.logprobs[r], 1.0,
-                            "target" if p < n_t else "conjecture", "solver", advantage=1.0))
-    rows = [r for r in rows if r.advantage != 0.0]  # SGS trains only on rows with weight
+    correct = np.asarray([ok for v in proposals.verdicts for ok in v], np.float32)
+    weights = np.zeros((0,), np.float32)
+    n_try = n_long = 0
+    if len(correct):
+      zero = np.asarray([l.zero_weight_try and extraction.uses_try(b) for b in proposals.bodies], np.float32)
+      lengths = np.asarray(prove_gen.lengths) if l.overlong_penalty else None
+      weights = sgs_solver_weights(correct, np.repeat(np.arange(proposals.n_problems), k),
+                                   max_solve_rate=l.solver_band_max, zero_weight=zero, lengths=lengths,
+                                   max_tokens=cfg.sampling.max_new_tokens)
+      n_try = int(np.sum(zero * correct))
+      n_long = int(np.sum(weights < 0))
+      for j in np.flatnonzero(weights):
+        rows.append(Row(prove_gen.prompt_tokens[j], prove_gen.tokens[j], prove_gen.logprobs[j], 1.0,
+                        "target" if j // k < n_t else "conjecture", "solver", advantage=float(weights[j])))
+    rows = [r for r in rows if r.advantage != 0.0]  # no gradient; SGS never puts them in the batch
+    self.last_conjectures = outcomes
 
-    statements = [s for _, s in conjectures]
-    seeds = [batch[i].statement for i, _ in conjectures]
-    nov = novelty.batch_novelty_metrics(statements, seeds, "lean") if statements else {"copy_rate": 0.0,
-                                                                                        "rename_rate": 0.0}
+    trained = [o for o in outcomes if o.in_band]
+    cosines = [o.cosine for o in outcomes if o.cosine is not None]
+    newly = proposals.newly
     metrics = {
         "coverage": self.coverage.fraction, "coverage/solved": len(self.coverage.solved),
-        "coverage/newly_solved": len(newly), "lean/targets_in_batch": n_t,
-        "valid_rate": float(np.mean(valid)) if n_t else 0.0,
-        "format_rate": float(np.mean(formats)) if formats else 0.0,
-        "in_band_rate": float(np.mean(band)) if n_t else 0.0,
-        "reward/proposer": float(np.mean(raw)) if n_t else 0.0,
+        "coverage/newly_solved": len(newly), "lean/first_solved": {n: plan.step for n in newly},
+        "lean/seeds": len(self.seeds), "lean/seeds_supplied": plan.supplied, "lean/targets_attempted": n_t,
+        "lean/conjectures": len(outcomes), "lean/conjectures_eligible": int(eligible.sum()),
+        "lean/cosines_computed": len(cosines),
+        "valid_rate": float(np.mean([o.valid for o in outcomes])) if outcomes else 0.0,
+        "format_rate": float(np.mean([o.formatted for o in outcomes])) if outcomes else 0.0,
+        "in_band_rate": float(np.mean(band)) if outcomes else 0.0,
+        "reward/proposer": float(np.mean(raw)) if outcomes else 0.0,
         "reward/solver": float(np.mean(rates[:n_t])) if n_t else 0.0,
-        "lean/conjecture_solve_rate": float(np.mean(conj_rates)) if len(conj_rates) else 0.0,
-        "lean/conjectures_no_reference": no_reference,
-        "copy_rate": nov["copy_rate"], "rename_rate": nov["rename_rate"],
+        "cos_valid_mean": float(np.mean(cosines)) if cosines else 0.0,
+        "lean/conjecture_solve_rate": float(np.mean(rates[n_t:])) if len(rates) > n_t else 0.0,
+        # The paper's rates: over the in-band (training) conjectures of this iteration.
+        "copy_rate": float(np.mean([o.copy for o in trained])) if trained else 0.0,
+        "rename_rate": float(np.mean([o.rename for o in trained])) if trained else 0.0,
+        "lean/solver_rows": int(np.count_nonzero(weights)), "lean/proofs_try_zeroed": n_try,
+        "lean/proofs_length_penalized": n_long,
         "solve_rate_histogram": histogram(rates.tolist()), "generations": self.generations,
         "tokens/generated": int(sum(np.sum(g.lengths) for g in (conj_gen, prove_gen) if g is not None)),
     }
-    for name, seconds in timings.items():
-      metrics[f"time/{name}"] = seconds
     return rows, metrics
 
-  def _conjecture_cosine(self, graphdef, params, seed, seed_proof, statement, prove_gen, problem, verdict):
-    """cos(g(conjecture's first verified proof), g_ref = g(seed's verified proof))."""
-    tok, cfg = self.tokenizer, self.config
-    max_len = cfg.sampling.max_prompt_tokens + cfg.reward.max_completion_tokens
-    seed_prompt = self._chat(prover_prompt(seed.statement, seed.header)) + self._prover_prefill(seed.header,
-                                                                                               seed.statement)
-    seed_ref = alignment.pack_reference(tok, [seed_prompt], [seed_proof], max_len=max_len)
-    g_ref = alignment.reference_gradient(graphdef, params, seed_ref, 1)
-    j = problem * cfg.lean.proofs_per_problem + verdict.index(True)
-    cos = alignment.candidate_cosines(graphdef, params, g_ref, [prove_gen.prompt_tokens[j]], [prove_gen.tokens[j]],
-                                      tok.pad_token_id, method=cfg.reward.method, chunk_size=cfg.reward.chunk_size,
-                                      micro_batch=cfg.reward.micro_batch_size, max_len=max_len)
-    return float(cos["cosines"][0])
+  def train_batches(self, rows: list[Row], step: int) -> list[list[Row]]:
+    """The iteration's optimizer steps: `epochs_per_iteration` shuffled passes over the rows,
+    `train_batch_size` rows per step (0: all rows in one step). SGS: one epoch at batch 32."""
+    l = self.config.lean
+    size = l.train_batch_size or len(rows)
+    rng = random.Random(f"{self.config.seed}:{step}:train")
+    batches = []
+    for _ in range(l.epochs_per_iteration):
+      order = list(range(len(rows)))
+      rng.shuffle(order)
+      batches += [[rows[i] for i in order[s:s + size]] for s in range(0, len(rows), size)]
+    return batches
+
+
+@dataclasses.dataclass
+class LeanPlan:
+  """The iteration's choices (selfplay/step.py's `plan` stage)."""
+  step: int
+  targets: list                # targets attempted this iteration
+  seed_names: list[str]        # statements conjectures are conditioned on
+  references: dict[str, Any]   # seed -> its verified proof (the local reference), None if none
+  supplied: int                # supplied proofs that joined the seed pool this iteration
+
+
+@dataclasses.dataclass
+class LeanProposals:
+  """The conjectures (`propose`), completed by `verify` with the proof attempts."""
+  gen: Any                                  # the conjecture GenerationResult (None when no seeds)
+  outcomes: list                            # ConjectureOutcome per conjecture
+  prove_gen: Any = None                     # the proof GenerationResult
+  verdicts: list = dataclasses.field(default_factory=list)  # per problem, per attempt: verified
+  bodies: list = dataclasses.field(default_factory=list)    # per attempt: the proof body
+  rates: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0,), np.float32))
+  n_problems: int = 0
+  newly: list = dataclasses.field(default_factory=list)     # targets first solved this iteration

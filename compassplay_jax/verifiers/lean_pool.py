@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from compassplay_jax.domains.lean.extraction import normalize_header
+from compassplay_jax.lean_syntax.statements import normalize_header
 from compassplay_jax.verifiers.lean_repl import ANSWERED
 from compassplay_jax.verifiers.lean_repl import CRASH
 from compassplay_jax.verifiers.lean_repl import LeanCheckResult

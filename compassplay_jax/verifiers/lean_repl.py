@@ -18,6 +18,8 @@ import tempfile
 import time
 from collections.abc import Sequence
 
+from compassplay_jax.errors import UserError
+
 # Check outcomes. Only ANSWERED carries a Lean verdict; the rest say why not.
 ANSWERED = "answered"
 TIMEOUT = "timeout"
@@ -55,7 +57,7 @@ To check Lean proofs you need a Lean 4 REPL and a Mathlib project (details: docs
      or set COMPASSPLAY_LEAN_REPL and COMPASSPLAY_LEAN_PROJECT and use LeanReplPool.from_env()."""
 
 
-class LeanSetupError(RuntimeError):
+class LeanSetupError(UserError, RuntimeError):
   """The REPL command or its project cannot be used; the message says how to set it up."""
 
 

@@ -7,6 +7,8 @@ its checkpoint and rebuilds the object with Coverage.from_json() on resume.
 import json
 from collections.abc import Iterable
 
+from compassplay_jax.domains.lean.state_json import load_versioned
+
 _FORMAT_VERSION = 1
 
 
@@ -73,15 +75,7 @@ class Coverage:
 
   @classmethod
   def from_json(cls, text: str) -> "Coverage":
-    try:
-      data = json.loads(text)
-    except ValueError as e:
-      raise ValueError(f"Coverage.from_json: invalid JSON ({e.msg})") from None
-    if not isinstance(data, dict) or data.get("version") != _FORMAT_VERSION:
-      raise ValueError(f"Coverage.from_json: expected key 'version' = {_FORMAT_VERSION}")
-    for key in ("targets", "first_solved", "curve"):
-      if key not in data:
-        raise ValueError(f"Coverage.from_json: missing key '{key}'")
+    data = load_versioned(text, "Coverage.from_json", _FORMAT_VERSION, ("targets", "first_solved", "curve"))
     coverage = cls(data["targets"])
     unknown = set(data["first_solved"]) - coverage._targets
     if unknown:

@@ -1,6 +1,6 @@
 """Lean target sets: miniF2F jsonl, Lean Workbook jsonl, or a json list of {header, theorem}.
 
-Every loader yields LeanTarget(name, header, statement, informal, split) where the
+Every loader yields LeanTarget(name, header, statement, informal, split, proof) where the
 statement starts at `theorem` and ends with `:= by` (a trailing `sorry` is cut),
 and the header holds the imports/options/opens (kept verbatim for prompts; the
 REPL pool normalises it). Records without a header get DEFAULT_HEADER.
@@ -10,9 +10,9 @@ import json
 import pathlib
 import re
 
-from compassplay_jax.domains.lean.extraction import split_header
-from compassplay_jax.domains.lean.extraction import strip_lean_comments
-from compassplay_jax.domains.lean.extraction import theorem_name
+from compassplay_jax import jsonl
+from compassplay_jax.errors import InputFormatError
+from compassplay_jax.lean_syntax.statements import split_header, strip_lean_comments, theorem_name
 
 # The DeepSeek-Prover-V2 header (also miniF2F's): no heartbeat cap, so the
 # REPL pool's wall-clock timeout is the only limit.
@@ -29,13 +29,14 @@ class LeanTarget:
   statement: str  # `theorem <name> ... := by`
   informal: str | None = None
   split: str | None = None
+  proof: str | None = None  # a proof body supplied with the target (checked before it seeds)
 
 
 def _clean_statement(text: str, where: str) -> str:
   statement = text.rstrip()
   statement = re.sub(r"\s*\bsorry$", "", statement).rstrip()
   if not re.search(r":=\s*(?:by)?$", statement):
-    raise ValueError(f"{where}: statement does not end with ':= by'")
+    raise InputFormatError(f"{where}: statement does not end with ':= by'")
   return statement
 
 
@@ -51,39 +52,45 @@ def _informal(record: dict) -> str | None:
 def target_from_record(record: dict, where: str, default_name: str) -> LeanTarget:
   """One LeanTarget from a dataset record; `where` names the record in errors."""
   if not isinstance(record, dict):
-    raise ValueError(f"{where}: record is not a JSON object")
+    raise InputFormatError(f"{where}: record is not a JSON object")
   key = next((k for k in _STATEMENT_KEYS if k in record), None)
   if key is None:
-    raise ValueError(f"{where}: missing key 'formal_statement' (or 'theorem')")
+    raise InputFormatError(f"{where}: missing key 'formal_statement' (or 'theorem')")
   inline_header, statement = split_header(record[key])
   header = record.get("header") or inline_header or DEFAULT_HEADER
   if not re.match(r"\s*(?:@\[[^\]]*\]\s*)*(?:theorem|lemma)\b", strip_lean_comments(statement)):
-    raise ValueError(f"{where}: key '{key}' holds no 'theorem' statement")
+    raise InputFormatError(f"{where}: key '{key}' holds no 'theorem' statement")
   statement = _clean_statement(statement.strip("\n"), f"{where}: key '{key}'")
   name = str(record.get("name") or record.get("id") or theorem_name(statement) or default_name)
   return LeanTarget(name=name, header=header, statement=statement, informal=_informal(record),
-                    split=record.get("split"))
+                    split=record.get("split"), proof=_supplied_proof(record, where))
+
+
+def _supplied_proof(record: dict, where: str) -> str | None:
+  """Key 'proof' (a proof body), or the first string of key 'proofs' (SGS's D3k has [])."""
+  proof = record.get("proof")
+  if proof is None and isinstance(record.get("proofs"), list):
+    proof = next((p for p in record["proofs"] if isinstance(p, str)), None)
+  if proof is not None and not (isinstance(proof, str) and proof.strip()):
+    raise InputFormatError(f"{where}: key 'proof' is not a non-empty string")
+  return proof
 
 
 def _records(path: pathlib.Path):
   """(where, record) pairs from a .jsonl file, a json list, or SGS's D3k json."""
-  text = path.read_text(encoding="utf-8")
   if path.suffix == ".jsonl":
-    for lineno, line in enumerate(text.splitlines(), 1):
-      if line.strip():
-        try:
-          yield f"{path}:{lineno}", json.loads(line)
-        except ValueError as e:
-          raise ValueError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
+    for lineno, record in jsonl.records(path):
+      yield f"{path}:{lineno}", record
     return
+  text = path.read_text(encoding="utf-8")
   try:
     data = json.loads(text)
   except ValueError as e:
-    raise ValueError(f"{path}: invalid JSON ({e.msg} at line {e.lineno})") from None
+    raise InputFormatError(f"{path}: invalid JSON ({e.msg} at line {e.lineno})") from None
   if isinstance(data, dict) and isinstance(data.get("target_statements"), dict):
     data = list(data["target_statements"].values())  # SGS's D_3k_prover_dataset.json.
   if not isinstance(data, list):
-    raise ValueError(f"{path}: expected a JSON list of {{header, theorem}} records")
+    raise InputFormatError(f"{path}: expected a JSON list of {{header, theorem}} records")
   for index, record in enumerate(data):
     yield f"{path}[{index}]", record
 
@@ -95,7 +102,7 @@ def load_targets(path) -> list[LeanTarget]:
   for index, (where, record) in enumerate(_records(path)):
     target = target_from_record(record, where, f"{path.stem}_{index}")
     if target.name in seen:
-      raise ValueError(f"{where}: duplicate target name '{target.name}'")
+      raise InputFormatError(f"{where}: duplicate target name '{target.name}'")
     seen.add(target.name)
     targets.append(target)
   return targets

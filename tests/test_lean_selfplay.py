@@ -1,0 +1,242 @@
+"""The Lean loop on the stand-in REPL with a scripted prover and conjecturer (issue 13's acceptance).
+
+The sampler is scripted (passed to LeanSelfPlay, no patching): target `seed_a` is proved 2 of 4
+times every iteration, the other targets never; for seed_a the conjecturer writes a verbatim copy,
+a renamed copy and a novel statement, each proved 1-2 of 4 times. Lean is the stand-in REPL: a proof
+body carrying `-- fake: error …` fails, a plain one passes. The model is the tiny random decoder, so
+rewards, cosines and advantages are the loop's real computations; the cosine is checked against an
+independent jax.grad of the per-sequence loss.
+"""
+import json
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from compassplay_jax.rewards import novelty
+from compassplay_jax.sampling.generate import GenerationResult
+from compassplay_jax.selfplay.lean import LeanSelfPlay
+from compassplay_jax.selfplay.rollout import truncate_prompt
+from compassplay_jax.selfplay.run import build_model
+from tests.test_selfplay import _config
+
+FAKE_REPL = pathlib.Path(__file__).with_name("fake_lean_repl.py")
+HEADER = "import Mathlib\n"
+SEED = "theorem seed_a (x y : ℕ) (h₀ : x = 2) (h₁ : y = x + 3) : y = 5 := by"
+TARGETS = [SEED, "theorem target_b (n : ℕ) (h : n % 2 = 1) : n ≠ 0 := by",
+           "theorem target_c (a : ℤ) : a ^ 2 ≥ 0 := by"]
+COPY = "theorem copy_a (x y : ℕ) (h₀ : x = 2) (h₁ : y = x + 3) : y = 5 := by sorry"
+RENAMED = "theorem ren_a (a b : ℕ) (ha : a = 2) (hb : b = a + 3) : b = 5 := by sorry"
+NOVEL = "theorem novel_a (n : ℤ) (hn : 0 < n) : n ^ 2 > 0 := by sorry"
+GOOD, BAD = "\n  simp\n```", "\n  simp -- fake: error unsolved goals\n```"
+# Proof outcomes per statement, keyed by a fragment of its signature (4 attempts each).
+PROOFS = {"(h₁ : y = x + 3)": [GOOD, GOOD, BAD, BAD],       # seed_a (and the copy): s = 0.5
+          "(hb : b = a + 3)": [GOOD, GOOD, BAD, BAD],       # the rename: s = 0.5
+          "(hn : 0 < n)": [GOOD, BAD, BAD, BAD],            # the novel conjecture: s = 0.25
+          "(h : n % 2 = 1)": [BAD] * 4, "(a : ℤ) : a ^ 2": [BAD] * 4}
+
+
+class ScriptedSampler:
+  """rollout.sample's signature; answers from the script above and records what it produced."""
+
+  def __init__(self, tokenizer, copy_proofs, proofs=None):
+    self.tokenizer, self.log = tokenizer, []
+    self.copy_proofs = copy_proofs  # the copy's outcomes (its signature is the seed's)
+    self.proofs = proofs or PROOFS
+
+  def completion(self, prompt, sample):
+    if "Please generate a lean4 theorem" in prompt:
+      return f"```lean4\n{[COPY, RENAMED, NOVEL][sample]}\n```"
+    if "compassplay_conjecture" in prompt and "(h₁ : y = x + 3)" in prompt:
+      return self.copy_proofs[sample]
+    return next(p for key, p in self.proofs.items() if key in prompt)[sample]
+
+  def __call__(self, graphdef, params, tokenizer, prompts, config, key, *, n_samples=1, **_):
+    rows = [(p, self.completion(p, s)) for p in prompts for s in range(n_samples)]
+    eos = tokenizer.eos_token_id
+    result = GenerationResult(
+        prompt_index=np.repeat(np.arange(len(prompts)), n_samples), sample_index=np.tile(np.arange(n_samples), len(prompts)),
+        prompt_tokens=[np.asarray(truncate_prompt(tokenizer, p, config.sampling.max_prompt_tokens)) for p, _ in rows],
+        tokens=[np.asarray(tokenizer.encode(c, add_special_tokens=False) + [eos]) for _, c in rows],
+        logprobs=[np.zeros(len(tokenizer.encode(c, add_special_tokens=False)) + 1, np.float32) for _, c in rows],
+        lengths=np.asarray([len(tokenizer.encode(c, add_special_tokens=False)) + 1 for _, c in rows]),
+        finish_reasons=["eos"] * len(rows), texts=[c for _, c in rows])
+    self.log.append(result)
+    return result
+
+
+def _loss(model, prompt_ids, completion_ids):
+  """Mean token cross-entropy of the completion given the prompt (the per-sequence solver loss)."""
+  ids = jnp.asarray(np.concatenate([prompt_ids, completion_ids]))[None]
+  logits = model(ids, attention_mask=jnp.ones_like(ids)).astype(jnp.float32)
+  logp = jax.nn.log_softmax(logits[0, :-1], axis=-1)
+  targets = ids[0, 1:]
+  token_logp = jnp.take_along_axis(logp, targets[:, None], axis=-1)[:, 0]
+  return -jnp.mean(token_logp[len(prompt_ids) - 1:])
+
+
+def _grad(graphdef, params, prompt_ids, completion_ids):
+  g = jax.grad(lambda p: _loss(nnx.merge(graphdef, p), prompt_ids, completion_ids))(params)
+  return np.concatenate([np.asarray(x, np.float64).ravel() for x in jax.tree.leaves(g)])
+
+
+def _cos(a, b):
+  return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+  path = tmp_path_factory.mktemp("lean") / "targets.json"
+  path.write_text(json.dumps([{"header": HEADER, "theorem": t} for t in TARGETS]))
+  config = _config("lean:tiny", **{"lean.targets_path": str(path), "lean.command": f"{sys.executable} {FAKE_REPL}",
+                                   "lean.conjectures_per_seed": 3})
+  model, tokenizer = build_model(config)
+  graphdef, params = nnx.split(model)
+  return config, tokenizer, graphdef, params
+
+
+def _play(setup, copy_proofs=(GOOD, GOOD, BAD, BAD), proofs=None):
+  config, tokenizer, graphdef, params = setup
+  sampler = ScriptedSampler(tokenizer, list(copy_proofs), proofs)
+  return LeanSelfPlay(config, tokenizer, sampler=sampler), sampler
+
+
+def _proof_tokens(sampler, iteration_calls, needle):
+  """(prompt ids, completion ids) of the first verified proof for the prompt containing `needle`."""
+  gen = iteration_calls
+  for r, text in enumerate(gen.texts):
+    prompt = sampler.tokenizer.decode(gen.prompt_tokens[r].tolist())
+    if needle in prompt and text == GOOD:
+      return gen.prompt_tokens[r], gen.tokens[r]
+  raise AssertionError(f"no verified proof for {needle}")
+
+
+def test_cos_novelty_for_every_eligible_conjecture_and_copies_pushed_down(setup):
+  config, tokenizer, graphdef, params = setup
+  play, sampler = _play(setup)
+  key = jax.random.key(0)
+  try:
+    rows1, m1 = play.collect(graphdef, params, 1, key)
+    # Iteration 1: no seed yet, so no conjecture; the solved target joins the pool and coverage.
+    assert m1["lean/conjectures"] == 0 and play.seeds.names == ["seed_a"]
+    assert play.coverage.history == {"seed_a": 1} and m1["coverage"] == pytest.approx(1 / 3)
+    seed_proof_1 = _proof_tokens(sampler, sampler.log[-1], "(h₁ : y = x + 3)")
+
+    for step in (2, 3):
+      rows, metrics = play.collect(graphdef, params, step, key)
+      outcomes = play.last_conjectures
+      # Every solved or unsolved target is attempted again (SGS), conjectures only for the seed.
+      assert metrics["lean/targets_attempted"] == 3 and [o.seed for o in outcomes] == ["seed_a"] * 3
+      assert metrics["lean/conjectures_eligible"] == metrics["lean/cosines_computed"] == 3
+      assert all(o.valid and 0 < o.solve_rate < 1 and o.in_band and o.cosine is not None for o in outcomes)
+
+    copy, renamed, novel = play.last_conjectures
+    conj_gen = sampler.log[-1]  # iteration 3's proofs
+    # The cosine is cos(g(conjecture's first verified proof), g(seed's verified proof)) at these params.
+    g_seed = _grad(graphdef, params, *seed_proof_1)
+    for outcome, needle in ((copy, "compassplay_conjecture_3_0"), (renamed, "compassplay_conjecture_3_1"),
+                            (novel, "compassplay_conjecture_3_2")):
+      g_conj = _grad(graphdef, params, *_proof_tokens(sampler, conj_gen, needle))
+      assert outcome.cosine == pytest.approx(_cos(g_conj, g_seed), abs=1e-5)
+      assert outcome.reward == pytest.approx(outcome.cosine * (1 - outcome.jaccard), abs=1e-6)
+
+    # The copy: J = 1, reward 0, a negative advantage; the novel conjecture: positive.
+    assert novel.cosine > 0, "precondition: the novel conjecture's proof aligns with the seed's"
+    assert copy.jaccard == 1.0 and copy.reward == 0.0 and copy.copy and not copy.rename
+    assert copy.advantage < 0 < novel.advantage
+    # The renamed copy: not a copy by J, a rename, novelty exactly 1 - J (here about 0.47).
+    assert renamed.rename and not renamed.copy
+    assert 1 - renamed.jaccard == pytest.approx(1 - novelty.token_jaccard(RENAMED, SEED, "lean"))
+    assert 0.4 < 1 - renamed.jaccard < 0.6
+    # Copy and rename rates over the in-band (training) conjectures.
+    assert metrics["copy_rate"] == pytest.approx(1 / 3) and metrics["rename_rate"] == pytest.approx(1 / 3)
+    # The rows carry those advantages: the copy's row stays in the batch with its negative advantage.
+    proposer = [r for r in rows if r.role == "proposer"]
+    assert sorted(r.advantage for r in proposer) == pytest.approx(sorted(o.advantage for o in play.last_conjectures))
+    # Solver rows: REINFORCE-1/2 on verified proofs of problems with 0 < s <= 0.5.
+    solver = [r for r in rows if r.role == "solver"]
+    assert len(solver) == 2 + 2 + 2 + 1 and all(r.advantage == 1.0 for r in solver)
+  finally:
+    play.close()
+
+
+def test_state_round_trip_keeps_seed_pool_and_coverage(setup):
+  config, tokenizer, graphdef, params = setup
+  play, _ = _play(setup)
+  try:
+    play.collect(graphdef, params, 1, jax.random.key(0))
+    state = json.loads(json.dumps(play.state_dict()))  # what the checkpoint stores
+  finally:
+    play.close()
+  other, _ = _play(setup)
+  try:
+    other.load_state_dict(state)
+    assert other.seeds.to_json() == play.seeds.to_json() and other.coverage.to_json() == play.coverage.to_json()
+    assert other.seeds.get("seed_a").completion == GOOD and other.seeds.get("seed_a").iteration == 1
+  finally:
+    other.close()
+
+
+def test_supplied_proofs_seed_from_the_first_iteration(setup, tmp_path):
+  config, tokenizer, graphdef, params = setup
+  path = tmp_path / "targets.json"
+  path.write_text(json.dumps([{"header": HEADER, "theorem": TARGETS[1], "proof": "\n  omega"},
+                              {"header": HEADER, "theorem": TARGETS[2], "proof": "\n  sorry"}]))
+  config = _config("lean:tiny", **{"lean.targets_path": str(path), "lean.command": f"{sys.executable} {FAKE_REPL}",
+                                   "lean.conjectures_per_seed": 3})
+  play = LeanSelfPlay(config, tokenizer, sampler=ScriptedSampler(tokenizer, [BAD] * 4))
+  try:
+    _, metrics = play.collect(graphdef, params, 1, jax.random.key(0))
+    # The verified supplied proof seeds (the sorry one does not), but counts for no coverage.
+    assert play.seeds.names == ["target_b"] and play.seeds.get("target_b").source == "supplied"
+    assert metrics["lean/seeds_supplied"] == 1 and metrics["coverage"] == 0.0
+    assert metrics["lean/conjectures"] == 3  # conditioned on the supplied seed in iteration 1
+  finally:
+    play.close()
+
+
+def test_try_proofs_get_zero_weight_and_train_batches_cover_one_epoch(setup):
+  config, tokenizer, graphdef, params = setup
+  play, _ = _play(setup, proofs={**PROOFS, "(h₁ : y = x + 3)": ["\n  try simp\n```", GOOD, BAD, BAD]})
+  try:
+    rows, metrics = play.collect(graphdef, params, 1, jax.random.key(0))
+    # seed_a: attempts [try, GOOD, BAD, BAD] -> s = 0.5, the `try` proof gets weight 0.
+    assert metrics["lean/proofs_try_zeroed"] == 1 and metrics["lean/solver_rows"] == 1
+    batches = play.train_batches(rows * 5, 1)
+    assert [len(b) for b in batches] == [5]  # tiny: train_batch_size 16 >= 5 rows
+    play.config.lean.train_batch_size = 2
+    batches = play.train_batches(rows * 5, 1)
+    assert [len(b) for b in batches] == [2, 2, 1] and sum(batches, []) != []
+  finally:
+    play.close()
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("lean.conditioning", "targets", "config.lean.conditioning: 'targets' is not one of"),
+    ("lean.proposer_advantage", "grpo", "config.lean.proposer_advantage: 'grpo' is not one of"),
+    ("lean.conjectures_per_seed", 0, "config.lean.conjectures_per_seed: must be >= 1, got 0"),
+])
+def test_bad_schedule_settings_are_one_line_errors(field, value, message):
+  from compassplay_jax.selfplay.lean import validate_config
+  config = _config("lean:tiny", **{"lean.targets_path": str(pathlib.Path(__file__).parent / "fixtures/lean/tiny_targets.json"),
+                                   "lean.command": f"{sys.executable} {FAKE_REPL}", field: value})
+  with pytest.raises(ValueError, match=message):
+    validate_config(config)
+
+
+def test_checkpoint_from_before_the_seed_pool_resumes(setup):
+  """Old checkpoints stored {target: latest proof} as "proofs"; they load into the pool."""
+  from compassplay_jax.domains.lean.coverage import Coverage
+  play, _ = _play(setup)
+  try:
+    coverage = Coverage(["seed_a", "target_b", "target_c"])
+    coverage.record(2, ["seed_a"])
+    play.load_state_dict({"coverage": coverage.to_json(), "proofs": {"seed_a": GOOD}, "generations": 7})
+    assert play.seeds.names == ["seed_a"] and play.seeds.get("seed_a").iteration == 2
+    assert play.generations == 7 and play.supplied_checked
+  finally:
+    play.close()

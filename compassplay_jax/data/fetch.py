@@ -1,0 +1,245 @@
+"""Downloads the pinned upstream files of a data set, converts them, and records them in a manifest.
+
+The manifest (<data dir>/MANIFEST.json) holds, per written file: the set, sha256, size, license and
+every upstream file it came from (repository, revision, path, sha256). A second fetch of a set whose
+files match their manifest entries downloads nothing; a file that no longer matches stops the fetch
+with one line (delete it and fetch again).
+
+Endpoints: Hub files go through huggingface_hub (HF_ENDPOINT, HF_HOME, HF_HUB_OFFLINE, HF_TOKEN as
+usual); GitHub files come from $COMPASSPLAY_GITHUB_RAW (default https://raw.githubusercontent.com), and
+git-lfs files from $COMPASSPLAY_GITHUB_MEDIA (default https://media.githubusercontent.com/media), checked
+against the sha256 their pointer names.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import pathlib
+import tempfile
+import urllib.error
+import urllib.request
+from typing import Callable, Iterable
+
+import tqdm
+
+from compassplay_jax.data import paths
+from compassplay_jax.data.sources import DATASETS, GITHUB, DataSet, Upstream
+
+MANIFEST = "MANIFEST.json"
+GITHUB_RAW_ENV = "COMPASSPLAY_GITHUB_RAW"
+GITHUB_RAW_DEFAULT = "https://raw.githubusercontent.com"
+GITHUB_MEDIA_ENV = "COMPASSPLAY_GITHUB_MEDIA"
+GITHUB_MEDIA_DEFAULT = "https://media.githubusercontent.com/media"  # where git-lfs files are served
+LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+
+
+class FetchError(RuntimeError):
+  """A download, conversion or integrity failure (one line)."""
+
+
+def sha256_file(path: pathlib.Path) -> str:
+  digest = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      digest.update(block)
+  return digest.hexdigest()
+
+
+# ---- manifest ----------------------------------------------------------------------------------------
+
+def read_manifest(directory: pathlib.Path) -> dict:
+  path = directory / MANIFEST
+  if not path.exists():
+    return {"files": {}}
+  try:
+    manifest = json.loads(path.read_text())
+  except json.JSONDecodeError as e:
+    raise FetchError(f"{path}: not valid JSON ({e.msg}); delete it and fetch again") from None
+  manifest.setdefault("files", {})
+  return manifest
+
+
+def write_manifest(directory: pathlib.Path, manifest: dict) -> None:
+  tmp = directory / (MANIFEST + ".tmp")
+  tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+  tmp.replace(directory / MANIFEST)
+
+
+def file_status(directory: pathlib.Path, manifest: dict, relpath: str) -> str:
+  """"missing", "ok" (matches its manifest sha256), "corrupt" (does not), or "present" (there, but not
+  written by a fetch, so unchecked: e.g. a copied directory)."""
+  path = directory / relpath
+  if not path.exists():
+    return "missing"
+  entry = manifest["files"].get(relpath)
+  if entry is None:
+    return "present"
+  return "ok" if sha256_file(path) == entry["sha256"] else "corrupt"
+
+
+def verify(directory: pathlib.Path, manifest: dict, relpath: str) -> None:
+  """Raises FetchError (one line) when `relpath` no longer matches its manifest sha256."""
+  path = directory / relpath
+  actual = sha256_file(path)
+  expected = manifest["files"][relpath]["sha256"]
+  if actual != expected:
+    name = manifest["files"][relpath].get("dataset", "")
+    raise FetchError(f"{path}: sha256 {actual[:12]}… does not match the manifest's {expected[:12]}… "
+                     f"(corrupted or edited); delete it and run {paths.fetch_command([name], directory)}")
+
+
+# ---- downloads ---------------------------------------------------------------------------------------
+
+def _http_get(url: str, dest: pathlib.Path, label: str, progress: bool) -> None:
+  request = urllib.request.Request(url, headers={"User-Agent": "compassplay-jax-data-fetch"})
+  try:
+    with urllib.request.urlopen(request, timeout=60) as response, open(dest, "wb") as out:
+      total = int(response.headers.get("Content-Length") or 0) or None
+      with tqdm.tqdm(total=total, unit="B", unit_scale=True, desc=label, disable=not progress, leave=False) as bar:
+        for block in iter(lambda: response.read(1 << 16), b""):
+          out.write(block)
+          bar.update(len(block))
+  except urllib.error.HTTPError as e:
+    raise FetchError(f"{url}: HTTP {e.code} {e.reason}") from None
+  except (urllib.error.URLError, OSError) as e:
+    raise FetchError(f"{url}: download failed ({getattr(e, 'reason', e)})") from None
+
+
+def _download_github(upstream: Upstream, dest: pathlib.Path, progress: bool) -> None:
+  base = os.environ.get(GITHUB_RAW_ENV, GITHUB_RAW_DEFAULT).rstrip("/")
+  label = f"{upstream.repo}/{upstream.path}"
+  _http_get(f"{base}/{upstream.repo}/{upstream.revision}/{upstream.path}", dest, label, progress)
+  with open(dest, "rb") as f:
+    head = f.read(1024)
+  if not head.startswith(LFS_POINTER):
+    return
+  # A git-lfs file: the raw endpoint serves its pointer (which names the content's sha256), the media
+  # endpoint the content.
+  fields = dict(line.split(" ", 1) for line in head.decode("utf-8", "replace").splitlines() if " " in line)
+  expected = fields.get("oid", "").removeprefix("sha256:")
+  media = os.environ.get(GITHUB_MEDIA_ENV, GITHUB_MEDIA_DEFAULT).rstrip("/")
+  _http_get(f"{media}/{upstream.repo}/{upstream.revision}/{upstream.path}", dest, label, progress)
+  actual = sha256_file(dest)
+  if actual != expected:
+    raise FetchError(f"{label}: the download's sha256 {actual[:12]}… does not match its git-lfs pointer's "
+                     f"{expected[:12]}… (corrupted download); fetch again")
+
+
+def _download_hub(upstream: Upstream, progress: bool) -> pathlib.Path:
+  """The file in huggingface_hub's cache (downloaded there if needed; read in place, not copied)."""
+  from huggingface_hub import errors, hf_hub_download
+  if not progress:
+    from huggingface_hub.utils import disable_progress_bars
+    disable_progress_bars()
+  label = f"{upstream.repo}@{upstream.revision}/{upstream.path}"
+  try:
+    cached = hf_hub_download(upstream.repo, upstream.path, repo_type="dataset", revision=upstream.revision,
+                             endpoint=os.environ.get("HF_ENDPOINT") or None)
+  except errors.LocalEntryNotFoundError:
+    raise FetchError(f"{label}: not in the Hugging Face cache and downloads are off (HF_HUB_OFFLINE)") from None
+  except (errors.HfHubHTTPError, errors.RepositoryNotFoundError, errors.EntryNotFoundError, OSError) as e:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    raise FetchError(f"{label}: download failed ({first})") from None
+  return pathlib.Path(cached)
+
+
+def download(upstream: Upstream, dest: pathlib.Path, progress: bool = True) -> pathlib.Path:
+  """Fetches one upstream file; returns where it is (`dest`, or the Hugging Face cache for Hub files)."""
+  if upstream.kind == GITHUB:
+    _download_github(upstream, dest, progress)
+    return dest
+  return _download_hub(upstream, progress)
+
+
+# ---- one set -----------------------------------------------------------------------------------------
+
+def fetch_dataset(dataset: DataSet, directory: pathlib.Path, manifest: dict, *, progress: bool = True,
+                  log: Callable[[str], None] = print) -> bool:
+  """Fetches one set into `directory` unless its files are already there. Returns True if it downloaded."""
+  statuses = {out: file_status(directory, manifest, out) for out in dataset.outputs}
+  for out, status in statuses.items():
+    if status == "corrupt":
+      verify(directory, manifest, out)  # raises with the one-line message
+  if all(s in ("ok", "present") for s in statuses.values()):
+    note = "" if all(s == "ok" for s in statuses.values()) else " (present; not fetched by this tool, not checked)"
+    log(f"{dataset.name}: up to date{note}")
+    return False
+  with tempfile.TemporaryDirectory(prefix=f"compassplay_{dataset.name}_") as tmp:
+    raw, sources = {}, []
+    for index, upstream in enumerate(dataset.inputs):
+      dest = pathlib.Path(tmp) / f"{index}_{pathlib.Path(upstream.path).name}"
+      local = download(upstream, dest, progress)
+      raw[upstream.path] = local
+      sources.append({"kind": upstream.kind, "repo": upstream.repo, "revision": upstream.revision,
+                      "path": upstream.path, "sha256": sha256_file(local)})
+    from compassplay_jax.data import convert
+    try:
+      outputs = dataset.convert(raw)
+    except (convert.ConvertError, KeyError, ValueError) as e:
+      raise FetchError(f"{dataset.name}: upstream files do not have the expected layout ({e})") from None
+  _write_checked(directory, outputs)
+  fetched_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+  for relpath in outputs:
+    path = directory / relpath
+    manifest["files"][relpath] = {"dataset": dataset.name, "sha256": sha256_file(path), "bytes": path.stat().st_size,
+                                  "license": dataset.license, "sources": sources, "fetched_at": fetched_at}
+  write_manifest(directory, manifest)
+  log(f"{dataset.name}: wrote {', '.join(sorted(outputs))}")
+  return True
+
+
+def _write_checked(directory: pathlib.Path, outputs: dict[str, str | bytes]) -> None:
+  """Writes each output beside its place, has its loader read it, and only then moves it in, so a file a
+  loader rejects never lands in the data directory."""
+  from compassplay_jax.data import checks
+  staged = {}
+  try:
+    for relpath, content in outputs.items():
+      path = directory / relpath
+      path.parent.mkdir(parents=True, exist_ok=True)
+      staged[relpath] = path.with_name(".incoming-" + path.name)  # same suffix: loaders look at it
+      staged[relpath].write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
+      checks.check_output(relpath, staged[relpath])
+    for relpath, tmp in staged.items():
+      tmp.replace(directory / relpath)
+  finally:
+    for tmp in staged.values():
+      tmp.unlink(missing_ok=True)
+
+
+def select(names: Iterable[str], all_sets: bool) -> list[DataSet]:
+  names = list(names)
+  if all_sets:
+    return list(DATASETS.values())
+  if not names:
+    raise FetchError("name the sets to fetch, or pass --all (see --list)")
+  unknown = [n for n in names if n not in DATASETS]
+  if unknown:
+    raise FetchError(f"unknown data set(s) {', '.join(unknown)} (known: {', '.join(DATASETS)})")
+  return [DATASETS[n] for n in dict.fromkeys(names)]
+
+
+def fetch(names: Iterable[str] = (), directory=None, *, all_sets: bool = False, progress: bool = True,
+          log: Callable[[str], None] = print) -> list[str]:
+  """Fetches the named sets (or all) into the data directory; returns the names that were downloaded."""
+  directory = paths.data_dir(directory)
+  datasets = select(names, all_sets)
+  directory.mkdir(parents=True, exist_ok=True)
+  manifest = read_manifest(directory)
+  return [d.name for d in datasets if fetch_dataset(d, directory, manifest, progress=progress, log=log)]
+
+
+def listing(directory=None) -> list[dict]:
+  """Per set: name, status (ok / present / missing / corrupt / partial), files, license, revisions."""
+  directory = paths.data_dir(directory)
+  manifest = read_manifest(directory)
+  rows = []
+  for dataset in DATASETS.values():
+    statuses = [file_status(directory, manifest, out) for out in dataset.outputs]
+    status = statuses[0] if len(set(statuses)) == 1 else ("corrupt" if "corrupt" in statuses else "partial")
+    rows.append({"name": dataset.name, "status": status, "files": list(dataset.outputs), "license": dataset.license,
+                 "sources": sorted({f"{u.repo}@{u.revision[:12]}" for u in dataset.inputs}),
+                 "description": dataset.description})
+  return rows

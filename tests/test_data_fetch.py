@@ -1,0 +1,246 @@
+"""`python -m compassplay_jax.data fetch` against a fake Hub and a fake GitHub on 127.0.0.1.
+
+The server serves small files in each source's published layout: GitHub raw files at
+/gh/<owner>/<repo>/<commit>/<path>, Hub dataset files at /datasets/<repo>/resolve/<revision>/<path>
+(the routes and headers huggingface_hub reads). The fetch runs as users run it, in a subprocess.
+"""
+import base64
+import hashlib
+import json
+import os
+import pathlib
+import pickle
+import subprocess
+import sys
+import zlib
+
+import pytest
+
+from compassplay_jax.data import sources
+from compassplay_jax.evals import benchmarks
+from tests.fake_hub import FakeHub
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _jsonl(rows):
+  return "".join(json.dumps(r) + "\n" for r in rows).encode()
+
+
+def _lcb_private(tests):
+  return base64.b64encode(zlib.compress(pickle.dumps(json.dumps(tests)))).decode()
+
+
+def _lcb_row(qid, date, starter=""):
+  kind = "functional" if starter else "stdin"
+  public = [{"input": f"{qid}-pub", "output": "1", "testtype": kind}]
+  private = [{"input": f"{qid}-priv{i}", "output": str(i), "testtype": kind} for i in range(2)]
+  return {"question_id": qid, "question_title": qid, "question_content": f"Problem {qid}", "platform": "atcoder",
+          "contest_date": date, "starter_code": starter, "difficulty": "easy",
+          "public_test_cases": json.dumps(public), "private_test_cases": _lcb_private(private), "metadata": "{}"}
+
+
+def _math_row(uid, n):
+  return {"problem": f"What is {n}+{n}?", "solution": f"It is $\\boxed{{{2 * n}}}$.", "answer": str(2 * n),
+          "subject": "Algebra", "level": 1 + n % 5, "unique_id": uid}
+
+
+def lfs_pointer(data: bytes) -> bytes:
+  return (f"version https://git-lfs.github.com/spec/v1\noid sha256:{hashlib.sha256(data).hexdigest()}\n"
+          f"size {len(data)}\n").encode()
+
+
+def upstream_files() -> dict[str, bytes]:
+  """Server path -> bytes, for every input of every set, in the upstream formats. PRM800K's files are
+  git-lfs files, as upstream: a pointer on the raw host, the content on the media host."""
+  gh, hubp = "gh", "datasets"
+  files = {}
+
+  def github(repo_rev, path, data):
+    if repo_rev == sources.PRM800K:
+      files[f"media/{repo_rev[0]}/{repo_rev[1]}/{path}"] = data
+      data = lfs_pointer(data)
+    files[f"{gh}/{repo_rev[0]}/{repo_rev[1]}/{path}"] = data
+
+  def hub(repo_rev, path, data):
+    files[f"{hubp}/{repo_rev[0]}/resolve/{repo_rev[1]}/{path}"] = data
+
+  github(sources.PRM800K, sources.PRM_TRAIN, _jsonl(
+      [_math_row(f"train/algebra/{i}.json", i) for i in range(5)] + [_math_row("test/algebra/77.json", 77)]))
+  github(sources.PRM800K, sources.PRM_TEST, _jsonl([_math_row(f"test/algebra/{i}.json", i) for i in range(3)]))
+  github(sources.GSM8K, "grade_school_math/data/test.jsonl",
+         _jsonl([{"question": "2+2?", "answer": "Add.\n#### 4"}, {"question": "1,000+600?", "answer": "#### 1,600"}]))
+  math_eval = {
+      "amc23": [{"id": 0, "question": "q", "answer": 27.0}],
+      "minerva_math": [{"problem": "p", "solution": "so $\\boxed{3}$", "idx": 0}],
+      "olympiadbench": [{"id": 1, "question": "q", "final_answer": ["$2$"]}],
+      "aime24": [{"id": 60, "problem": "p", "answer": "204"}],
+      "aime25": [{"id": "I-1", "problem": "p", "answer": "70"}]}
+  for name, rows in math_eval.items():
+    github(sources.AZR, f"{sources.AZR_MATH_EVAL}/{name}/test.jsonl", _jsonl(rows))
+  github(sources.CRUXEVAL, "data/cruxeval.jsonl",
+         _jsonl([{"code": "def f(x):\n    return x + 1", "input": "1", "output": "2", "id": "sample_0"}]))
+  github(sources.AZR, "data/7b_coder_seed_io.jsonl",
+         _jsonl([{"snippet": "def f(a):\n    return a", "input": "1", "output": "1", "imports": []}]))
+  github(sources.AZR, "data/7b_coder_code_f_seed_io.jsonl", _jsonl(
+      [{"snippet": "def f(a):\n    return a", "inputs": ["1", "2"], "outputs": ["1", "2"], "message": "id",
+        "imports": []}]))
+  github(sources.DEEPSEEK_PROVER, "datasets/minif2f.jsonl", _jsonl(
+      [{"name": "mathd_1", "split": "test", "informal_prefix": "", "header": "import Mathlib\n",
+        "formal_statement": "theorem mathd_1 : (1 : ℕ) + 1 = 2 := by\n", "goal": ""}]))
+  lcb = {f: [] for f in sources.LCB_FILES}
+  lcb["test3.jsonl"] = [_lcb_row("old", "2024-07-28T00:00:00")]
+  lcb["test4.jsonl"] = [_lcb_row("in_aug", "2024-08-03T00:00:00")]
+  lcb["test5.jsonl"] = [_lcb_row("in_jan", "2025-01-31T12:00:00", starter="class Solution:\n    def f(self): pass"),
+                        _lcb_row("new", "2025-02-01T00:00:00")]
+  for name, rows in lcb.items():
+    hub(sources.LIVECODEBENCH, name, _jsonl(rows) if rows else _jsonl([_lcb_row(f"x_{name}", "2023-06-01")]))
+  workbook = [{"id": f"lean_workbook_{i}", "split": "test" if i < 3 else "train",
+               "formal_statement": f"theorem lean_workbook_{i} : (1 : ℕ) + {i} = {i} + 1 := by", "status": "open"}
+              for i in range(1010)]
+  hub(sources.LEAN_WORKBOOK, "lean_workbook.json", json.dumps(workbook).encode())
+  return files
+
+
+@pytest.fixture
+def fake_server():
+  with FakeHub() as server:
+    server.files = upstream_files()
+    yield server
+
+
+def _fetch(server, data_dir, tmp_path, *args):
+  url = server.url
+  env = dict(os.environ, HF_ENDPOINT=url, COMPASSPLAY_GITHUB_RAW=f"{url}/gh", COMPASSPLAY_GITHUB_MEDIA=f"{url}/media",
+             HF_HOME=str(tmp_path / "hf_home"),
+             COMPASSPLAY_DATA=str(data_dir), HF_HUB_DISABLE_TELEMETRY="1")
+  for name in ("HF_HUB_OFFLINE", "HF_HUB_CACHE", "HF_TOKEN"):
+    env.pop(name, None)
+  return subprocess.run([sys.executable, "-m", "compassplay_jax.data", "fetch", "--no-progress", *args],
+                        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+
+
+def _sha(path):
+  return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_fetch_all_converts_records_and_is_idempotent(fake_server, tmp_path):
+  data = tmp_path / "data"
+  listed = _fetch(fake_server, data, tmp_path, "--list")
+  assert listed.returncode == 0 and "missing" in listed.stdout
+  first = _fetch(fake_server, data, tmp_path, "--all")
+  assert first.returncode == 0, first.stderr[-3000:]
+
+  # Every declared output exists, is in the manifest, and its sha256 (hashlib) matches the manifest.
+  manifest = json.loads((data / "MANIFEST.json").read_text())
+  for dataset in sources.DATASETS.values():
+    for out in dataset.outputs:
+      entry = manifest["files"][out]
+      assert entry["sha256"] == _sha(data / out) and entry["license"] == dataset.license
+      assert {s["revision"] for s in entry["sources"]} == {u.revision for u in dataset.inputs}
+      served = {fake_server.files[k] for k in fake_server.files for u in dataset.inputs if k.endswith(u.path)}
+      assert {s["sha256"] for s in entry["sources"]} <= {hashlib.sha256(b).hexdigest() for b in served}
+
+  # MATH: the original splits recovered from PRM800K's unique_ids, in MATH's field names.
+  train = [json.loads(l) for l in (data / "math/train.jsonl").read_text().splitlines()]
+  test = [json.loads(l) for l in (data / "math/test.jsonl").read_text().splitlines()]
+  assert [r["unique_id"] for r in train] == [f"train/algebra/{i}.json" for i in range(5)]
+  assert sorted(r["unique_id"] for r in test) == sorted([f"test/algebra/{i}.json" for i in range(3)] +
+                                                        ["test/algebra/77.json"])
+  assert train[1]["level"] == "Level 2" and train[1]["type"] == "Algebra"
+  # Sets kept as published are byte-identical to the upstream file (git-lfs content, not its pointer).
+  prm, crux = "/".join(sources.PRM800K), "/".join(sources.CRUXEVAL)
+  for out, upstream in (("math500/test.jsonl", f"media/{prm}/{sources.PRM_TEST}"),
+                        ("cruxeval/cruxeval.jsonl", f"gh/{crux}/data/cruxeval.jsonl")):
+    assert (data / out).read_bytes() == fake_server.files[upstream]
+
+  # LiveCodeBench: only the 2024-08 .. 2025-01 window, with the private tests decoded.
+  lcb = json.loads((data / "livecodebench/test_2408_2501.json").read_text())
+  assert [p["question_id"] for p in lcb] == ["in_aug", "in_jan"]
+  assert [t["input"] for t in lcb[0]["tests"]] == ["in_aug-pub", "in_aug-priv0", "in_aug-priv1"]
+  items = benchmarks.load_benchmark("livecodebench", data_dir=data)
+  assert [len(i.tests) for i in items] == [3, 3]
+
+  # Every benchmark loads through the project's loader from the fetched directory.
+  for name in benchmarks.BENCHMARKS:
+    assert benchmarks.load_benchmark(name, data_dir=data), name
+  assert benchmarks.load_benchmark("gsm8k", data_dir=data)[1].answer == "1600"
+  workbook = (data / "leanworkbook/leanworkbook_train_1k.jsonl").read_text().splitlines()
+  assert len(workbook) == 1000 and all(json.loads(l)["split"] != "test" for l in workbook)
+  assert len((data / "leanworkbook/leanworkbook_test.jsonl").read_text().splitlines()) == 3
+
+  # A second run downloads nothing.
+  fake_server.requests.clear()
+  second = _fetch(fake_server, data, tmp_path, "--all")
+  assert second.returncode == 0, second.stderr
+  assert fake_server.requests == []
+  assert second.stdout.count("up to date") == len(sources.DATASETS)
+  listed = _fetch(fake_server, data, tmp_path, "--list")
+  assert listed.stdout.count(" ok ") == len(sources.DATASETS)
+
+
+def test_corrupted_file_fails_its_sha256_with_one_line(fake_server, tmp_path):
+  data = tmp_path / "data"
+  assert _fetch(fake_server, data, tmp_path, "cruxeval").returncode == 0
+  target = data / "cruxeval/cruxeval.jsonl"
+  target.write_text(target.read_text().replace("return x + 1", "return x + 2"))
+  fake_server.requests.clear()
+  again = _fetch(fake_server, data, tmp_path, "cruxeval")
+  assert again.returncode == 1
+  lines = again.stderr.strip().splitlines()
+  assert len(lines) == 1 and "sha256" in lines[0] and "cruxeval/cruxeval.jsonl" in lines[0]
+  assert "python -m compassplay_jax.data fetch cruxeval" in lines[0]
+  assert fake_server.requests == []
+  assert "corrupt" in _fetch(fake_server, data, tmp_path, "--list").stdout
+
+
+def test_lfs_download_that_does_not_match_its_pointer_fails_with_one_line(fake_server, tmp_path):
+  key = f"media/{sources.PRM800K[0]}/{sources.PRM800K[1]}/{sources.PRM_TEST}"
+  fake_server.files[key] = fake_server.files[key].replace(b"What is", b"What's")
+  result = _fetch(fake_server, tmp_path / "data", tmp_path, "math500")
+  assert result.returncode == 1
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and "sha256" in lines[0] and sources.PRM_TEST in lines[0]
+  assert not (tmp_path / "data" / "math500" / "test.jsonl").exists()
+
+
+def test_unknown_set_and_missing_upstream_are_one_line_errors(fake_server, tmp_path):
+  data = tmp_path / "data"
+  unknown = _fetch(fake_server, data, tmp_path, "nosuchset")
+  assert unknown.returncode == 1 and len(unknown.stderr.strip().splitlines()) == 1
+  assert "nosuchset" in unknown.stderr
+  fake_server.files = {k: v for k, v in fake_server.files.items() if "cruxeval.jsonl" not in k}
+  missing = _fetch(fake_server, data, tmp_path, "cruxeval")
+  assert missing.returncode == 1 and len(missing.stderr.strip().splitlines()) == 1
+  assert "404" in missing.stderr and "data/cruxeval.jsonl" in missing.stderr
+  assert not (data / "cruxeval/cruxeval.jsonl").exists()
+
+
+def test_a_file_its_loader_rejects_is_not_written(fake_server, tmp_path):
+  data = tmp_path / "data"
+  key = next(k for k in fake_server.files if k.endswith("grade_school_math/data/test.jsonl"))
+  fake_server.files[key] = _jsonl([{"question": "2+2?", "answer": "4"}])  # no "#### <answer>" line
+  result = _fetch(fake_server, data, tmp_path, "gsm8k")
+  assert result.returncode == 1
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and "gsm8k/test.jsonl" in lines[0] and "####" in lines[0]
+  assert list((data / "gsm8k").iterdir()) == [] and not (data / "MANIFEST.json").exists()
+
+
+def test_lean_workbook_converter_reads_a_list_or_json_lines(tmp_path):
+  from compassplay_jax.data import convert
+  records = [{"id": f"lean_workbook_{i}", "split": "lean_workbook", "formal_statement": f"theorem t{i} : True := by"}
+             for i in range(5)]
+  as_list, as_lines = tmp_path / "list.json", tmp_path / "lines.json"
+  as_list.write_text(json.dumps(records))
+  as_lines.write_text(_jsonl(records).decode())
+  outputs = [convert.convert_lean_workbook("f", train_size=3, seed=0)({"f": p}) for p in (as_list, as_lines)]
+  assert outputs[0] == outputs[1] and list(outputs[0]) == ["leanworkbook/leanworkbook_train_1k.jsonl"]
+  chosen = [json.loads(l)["name"] for l in outputs[0]["leanworkbook/leanworkbook_train_1k.jsonl"].splitlines()]
+  assert len(set(chosen)) == 3 and set(chosen) <= {r["id"] for r in records}
+
+
+def test_math_levels_take_math_s_spelling():
+  from compassplay_jax.data import convert
+  levels = [convert._math_level(v) for v in (3, "3", "Level 4", None, "?")]  # pylint: disable=protected-access
+  assert levels == ["Level 3", "Level 3", "Level 4", "Level ?", "Level ?"]

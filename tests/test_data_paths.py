@@ -1,0 +1,170 @@
+"""The data directory setting, the start-up data check, and that the package names no development paths."""
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from compassplay_jax.data import paths, sources
+from compassplay_jax.evals import benchmarks
+from compassplay_jax.selfplay.reference_set import resolve_path
+from tests.conftest import SHARED_DATA
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _config(arg):
+  sys.path.insert(0, str(REPO / "configs"))
+  try:
+    module = __import__(arg.split(":")[0])
+  finally:
+    sys.path.pop(0)
+  return module.get_config(arg.split(":")[1] if ":" in arg else "")
+
+
+def test_no_development_paths_in_package_or_configs():
+  hits = []
+  for root in ("compassplay_jax", "configs"):
+    for path in (REPO / root).rglob("*"):
+      if path.is_file() and path.suffix in (".py", ".md", ".txt", ".json", ".jsonl", ".cfg", ".toml"):
+        text = path.read_text(errors="replace")
+        hits += [f"{path.relative_to(REPO)}:{n}" for n, line in enumerate(text.splitlines(), 1)
+                 if "../shared" in line or "shared/notes" in line]
+  assert hits == []
+
+
+def test_data_dir_precedence(tmp_path, monkeypatch):
+  monkeypatch.delenv(paths.ENV, raising=False)
+  monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+  assert paths.data_dir("") == tmp_path / "cache" / "compassplay" / "data"
+  monkeypatch.setenv(paths.ENV, str(tmp_path / "env"))
+  assert paths.data_dir("") == tmp_path / "env"
+  assert paths.data_dir(str(tmp_path / "cfg")) == tmp_path / "cfg"
+  assert paths.resolve("data:math/train.jsonl") == tmp_path / "env" / "math" / "train.jsonl"
+  assert resolve_path("data:math/train.jsonl") == tmp_path / "env" / "math" / "train.jsonl"
+  assert paths.resolve("/abs/file.jsonl") == pathlib.Path("/abs/file.jsonl")
+
+
+def test_every_data_path_in_the_configs_has_a_fetch_source():
+  for arg in ("coding", "coding:demo", "lean", "lean:demo"):
+    config = _config(arg)
+    config.eval.every_steps = 1
+    config.eval.benchmarks = "all"
+    for field, rel in paths._needed(config):  # pylint: disable=protected-access
+      dataset = sources.dataset_for(rel)
+      assert dataset is not None and rel in dataset.outputs, (arg, field, rel)
+  for spec in benchmarks.BENCHMARKS.values():
+    assert sources.dataset_for(spec.relpath) is not None, spec.name
+
+
+def test_paper_coding_config_names_the_fetch_command_for_each_missing_file(tmp_path):
+  config = _config("coding")
+  config.data_dir = str(tmp_path / "empty")
+  with pytest.raises(paths.DataMissingError) as e:
+    paths.check_config(config)
+  message = str(e.value)
+  assert "\n" not in message
+  expected = {"azr_seed/7b_coder_seed_io.jsonl": "azr_seed", "azr_seed/7b_coder_code_f_seed_io.jsonl": "azr_seed",
+              "math/train.jsonl": "math", "cruxeval/cruxeval.jsonl": "cruxeval",
+              "livecodebench/test_2408_2501.json": "livecodebench", "math500/test.jsonl": "math500",
+              "amc23/test.jsonl": "amc23", "gsm8k/test.jsonl": "gsm8k", "minerva_math/test.jsonl": "minerva_math",
+              "olympiadbench/test.jsonl": "olympiadbench"}
+  for rel, name in expected.items():
+    pattern = re.escape(rel) + r" \([^;]+; python -m compassplay_jax\.data fetch " + name + " --dir "
+    assert re.search(pattern, message), (rel, message)
+  # Files that exist are not reported.
+  (tmp_path / "empty" / "math").mkdir(parents=True)
+  (tmp_path / "empty" / "math" / "train.jsonl").write_text("{}\n")
+  with pytest.raises(paths.DataMissingError) as e:
+    paths.check_config(config)
+  assert "math/train.jsonl" not in str(e.value) and "cruxeval/cruxeval.jsonl" in str(e.value)
+
+
+def _fresh_clone(dest: pathlib.Path) -> pathlib.Path:
+  """The working tree's files as a clone has them (tracked and new, not ignored), with nothing beside it."""
+  listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                          capture_output=True, check=True).stdout.decode().split("\0")
+  for rel in filter(None, listed):
+    source = REPO / rel
+    if source.is_file():
+      (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+      shutil.copy2(source, dest / rel)
+  return dest
+
+
+def test_fresh_clone_stops_at_start_up_with_the_fetch_command(tmp_path):
+  """A copy of the repository with no ../shared beside it, no $COMPASSPLAY_DATA, an empty home: the paper
+  config stops before loading a model, naming the fetch command for each missing file."""
+  clone = _fresh_clone(tmp_path / "clone" / "compassplay-jax")
+  assert not (clone.parent / "shared").exists()
+  env = {k: v for k, v in os.environ.items() if k not in (paths.ENV, "XDG_CACHE_HOME", "COMPASSPLAY_SHARED_DATA")}
+  env.update(HOME=str(tmp_path / "home"), JAX_PLATFORMS="cpu", PYTHONPATH=str(clone))
+  result = subprocess.run([sys.executable, "-m", "compassplay_jax.main", "--config=configs/coding.py",
+                           "--config.model.path=Qwen/Qwen2.5-Coder-7B", f"--workdir={tmp_path / 'run'}"],
+                          cwd=clone, env=env, capture_output=True, text=True, timeout=300)
+  assert result.returncode == 2, result.stderr[-2000:]
+  last = result.stderr.strip().splitlines()[-1]
+  default = tmp_path / "home" / ".cache" / "compassplay" / "data"
+  assert last.startswith(f"error: data files missing under {default}: ")
+  for name in ("azr_seed", "math", "cruxeval", "livecodebench"):
+    assert f"python -m compassplay_jax.data fetch {name})" in last
+  assert "Get them all: python -m compassplay_jax.data fetch" in last
+  assert not (tmp_path / "home" / ".cache" / "huggingface").exists()  # no model download was attempted
+
+
+@pytest.mark.parametrize("arg", ["coding", "lean"])
+def test_paper_configs_pass_the_data_check_on_the_development_data(arg):
+  if not SHARED_DATA.is_dir():
+    pytest.skip(f"development data not found at {SHARED_DATA}")
+  config = _config(arg)
+  config.data_dir = str(SHARED_DATA)
+  paths.prepare_config(config)
+  if arg == "coding":
+    assert config.coding.seed_dir == str(SHARED_DATA / "azr_seed")
+    assert pathlib.Path(config.reward.reference_path).is_file()
+    assert config.eval.data_dir == str(SHARED_DATA)
+  else:
+    assert config.lean.targets_path == str(SHARED_DATA / "leanworkbook" / "leanworkbook_train_1k.jsonl")
+  from compassplay_jax.selfplay import coding
+  if arg == "coding":
+    coding.validate_config(config)  # the reference file loads from the resolved path
+
+
+def test_missing_benchmark_file_names_its_fetch_command(tmp_path):
+  with pytest.raises(FileNotFoundError, match=r"python -m compassplay_jax\.data fetch gsm8k --dir "):
+    benchmarks.load_benchmark("gsm8k", data_dir=tmp_path)
+
+
+def test_backend_line_counts_the_devices():
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
+  out = subprocess.run([sys.executable, "-c", "from compassplay_jax.backend import describe_backend as d; print(d())"],
+                       env=env, capture_output=True, text=True, timeout=120)
+  assert out.stdout.strip() == "backend cpu: 4 devices (4 x cpu)", out.stderr[-1000:]
+
+
+def test_evaluate_reads_the_configs_data_dir(tmp_path):
+  """`python -m compassplay_jax.evaluate` with eval.data_dir = "" reads config.data_dir, not the default."""
+  import json
+  import ml_collections
+  from compassplay_jax import evaluate as evaluate_cli
+  from compassplay_jax.evals import harness
+  fixtures = REPO / "tests" / "fixtures" / "eval"
+  eval_config = harness.default_eval_config()
+  eval_config.update(benchmarks="gsm8k", progress=False, num_workers=1)
+  config = ml_collections.ConfigDict({"workdir": str(tmp_path), "data_dir": str(fixtures), "eval": eval_config})
+  evaluate_cli.run(config, ["/ck/step_1"], load_generate_fn=lambda cfg, ck: (lambda ps: ["no answer"] * len(ps), None))
+  results = json.loads((tmp_path / "eval" / "step_1" / "results.json").read_text())
+  expected = len((fixtures / "gsm8k" / "test.jsonl").read_text().splitlines())  # 3; the full set has 1319
+  assert results["benchmarks"]["gsm8k"]["total"] == expected
+
+
+def test_run_prints_backend_and_devices_at_start_up(tmp_path):
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  result = subprocess.run([sys.executable, "-m", "compassplay_jax.main", f"--config={REPO}/configs/coding.py:tiny",
+                           "--config.steps=0", f"--workdir={tmp_path}"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert "[compassplay] backend cpu: 1 device (cpu)" in result.stdout.splitlines()

@@ -20,8 +20,10 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from compassplay_jax.errors import UserError
 
-class CheckpointError(RuntimeError):
+
+class CheckpointError(UserError, RuntimeError):
   """A checkpoint directory or step that cannot be used."""
 
 

@@ -16,10 +16,12 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
+from compassplay_jax.errors import UserError
+
 ENV_PREFIX = "COMPASSPLAY_"
 
 
-class DistributedError(ValueError):
+class DistributedError(UserError, ValueError):
   """A distributed configuration that cannot be used."""
 
 

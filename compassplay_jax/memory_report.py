@@ -47,7 +47,7 @@ class Workload:
 
 
 # AZR coding: 64 per (task, role) x 6 = 384 sequences per step, prompt 6144 + response 8096 tokens
-# (azr notes §5.4). SGS Lean: batch 32, max length 8192 (lean notes, hyper-parameters).
+# (docs/paper_settings.md §5.4). SGS Lean: batch 32, max length 8192 (docs/paper_settings.md §1.3).
 PAPER_WORKLOADS = {
     "azr-coding": Workload("qwen2.5-coder-7b", train_batch=384, train_micro_batch=8, seq_len=6144 + 8096,
                            reward_candidates=64, reward_micro_batch=8, reference_size=32),

@@ -17,8 +17,12 @@ import re
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
+import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+
+from compassplay_jax.errors import UserError
+from compassplay_jax.models.tree_paths import path_str  # noqa: F401  (re-exported: sh.path_str)
 
 AXES = ("data", "fsdp", "tensor")
 BATCH_AXES = ("data", "fsdp")  # the batch dimension is split over both data-parallel axes
@@ -58,7 +62,7 @@ ACTIVATION_RULES: Mapping[str, Any] = {
 _COMPILED = tuple((re.compile(r"(^|\.)" + pattern + r"$"), spec) for pattern, spec in PARAM_RULES)
 
 
-class ShardingError(ValueError):
+class ShardingError(UserError, ValueError):
   """A mesh or partition rule that cannot be applied."""
 
 
@@ -181,12 +185,6 @@ def param_spec(path: str, shape: Sequence[int], mesh: Mesh, head_dim: int | None
   return fit_spec(spec, shape, mesh, unit)
 
 
-def path_str(key_path) -> str:
-  """'layers.0.self_attn.q_proj.kernel' (or '0.mu.layers.0...' inside optimizer state)."""
-  from compassplay_jax.models.hf_io import _path_str
-  return _path_str(key_path)
-
-
 def tree_shardings(tree, mesh: Mesh, head_dim: int | None = None, strict: bool = True):
   """A NamedSharding for every array leaf of `tree` (params, grads, optimizer state, ...).
 
@@ -211,8 +209,14 @@ def loader_shardings(mesh: Mesh, head_dim: int | None = None) -> Callable[[str, 
 
 
 def shard_params(params, mesh: Mesh, head_dim: int | None = None):
-  """Moves an (unsharded or differently sharded) param tree onto `mesh` by the rules."""
-  return jax.device_put(params, tree_shardings(params, mesh, head_dim))
+  """Moves an (unsharded or differently sharded) param tree onto `mesh` by the rules.
+
+  Params this process holds whole (every process built the same ones) enter through put_global, so
+  this also works when the mesh spans processes."""
+  shardings = tree_shardings(params, mesh, head_dim)
+  if all(getattr(x, "is_fully_addressable", True) for x in jax.tree.leaves(params)):
+    return put_global(params, shardings)
+  return jax.device_put(params, shardings)
 
 
 def init_params_sharded(cfg, mesh: Mesh, seed: int = 0):
@@ -260,63 +264,35 @@ def batch_divisor(mesh: Mesh) -> int:
   return _axis_size(mesh, BATCH_AXES)
 
 
+def round_to_mesh(n: int, mesh: Mesh) -> int:
+  """n rounded up to a multiple of the batch divisor: a micro-batch every data shard gets rows of.
+
+  Used for sizes whose value changes no result, only how rows are grouped (padding rows carry no
+  loss tokens): train micro-batches under token_mean aggregation, g_ref and cosine micro-batches,
+  sampler micro-batches."""
+  d = batch_divisor(mesh)
+  return max(d, -(-int(n) // d) * d)
+
+
 def shard_batch(batch, mesh: Mesh):
   """Places a host-global batch (same on every process) with its leading dim over (data, fsdp)."""
   for leaf in jax.tree.leaves(batch):
     if getattr(leaf, "ndim", 0) and leaf.shape[0] % batch_divisor(mesh):
       raise ShardingError(f"batch dimension {leaf.shape[0]} is not divisible by data*fsdp={batch_divisor(mesh)}")
-  return jax.device_put(batch, batch_tree_shardings(batch, mesh))
+  return put_global(batch, batch_tree_shardings(batch, mesh))
 
 
-# ---- jitted steps with explicit shardings ---------------------------------------------------------
-# Params, gradients, the reference gradient and optimizer moments all follow PARAM_RULES; batches and
-# per-example outputs are split over (data, fsdp); scalars are replicated.
+def put_global(host_tree, shardings):
+  """Global arrays from host values that every process holds whole (the same on each).
 
-def jit_train_step(graphdef, train_cfg, mesh: Mesh, params, opt_state, batch, optimizer=None):
-  """rl.train_step.make_train_step with in/out shardings from the rules (params, opt_state donated).
-
-  `params`, `opt_state` and `batch` may be arrays or ShapeDtypeStructs; only shapes and paths are read.
+  Each process hands over only the slices its own devices hold (jax.make_array_from_callback), so
+  this works on one process and across hosts alike; device_put of host data onto devices of other
+  processes is refused by multi-process JAX.
   """
-  from compassplay_jax.rl import train_step as train_lib
-  head_dim = _head_dim(graphdef, params)
-  p_sh = tree_shardings(params, mesh, head_dim)
-  o_sh = tree_shardings(opt_state, mesh, head_dim, strict=False)
-  repl = replicated(mesh)
-  return train_lib.make_train_step(
-      graphdef, train_cfg, optimizer=optimizer, donate=True,
-      in_shardings=(p_sh, o_sh, batch_tree_shardings(batch, mesh), repl), out_shardings=(p_sh, o_sh, repl))
-
-
-def jit_reference_gradient(graphdef, mesh: Mesh, params, micro_batch: int = 8):
-  """`(params, tokens, loss_mask, attention_mask) -> g_ref`, g_ref stored with the params' shardings."""
-  from compassplay_jax.rewards import reference
-  p_sh = tree_shardings(params, mesh, _head_dim(graphdef, params))
-  fn = lambda p, tokens, loss_mask, attention_mask: reference.reference_gradient(
-      graphdef, p, tokens, loss_mask, attention_mask, micro_batch=micro_batch)
-  b2 = batch_sharding(mesh, 2)
-  return jax.jit(fn, in_shardings=(p_sh, b2, b2, b2), out_shardings=p_sh)
-
-
-def jit_gradient_cosines(graphdef, mesh: Mesh, params, method: str = "fused", chunk_size: int | None = 8,
-                         norm_mode: str = "auto"):
-  """`(params, g_ref, tokens, loss_mask, attention_mask) -> CosineResult`, per-example outputs split
-  over (data, fsdp). Nothing is donated: the outputs are (N,) vectors, so no input buffer could be
-  reused for them, and params / g_ref live on."""
-  from compassplay_jax.rewards import cosines
-  p_sh = tree_shardings(params, mesh, _head_dim(graphdef, params))
-  b1, b2, repl = batch_sharding(mesh, 1), batch_sharding(mesh, 2), replicated(mesh)
-  fn = lambda p, g_ref, tokens, loss_mask, attention_mask: cosines.gradient_cosines(
-      graphdef, p, g_ref, tokens, loss_mask, attention_mask, method=method, chunk_size=chunk_size,
-      norm_mode=norm_mode)
-  out = cosines.CosineResult(cosines=b1, inner_products=b1, sq_norms=b1, ref_sq_norm=repl, has_loss_tokens=b1)
-  return jax.jit(fn, in_shardings=(p_sh, p_sh, b2, b2, b2), out_shardings=out)
-
-
-def _head_dim(graphdef, params) -> int | None:
-  """head_dim of a split Decoder (for whole-head tensor splits); works on abstract params too."""
-  from flax import nnx
-  cfg = getattr(nnx.merge(graphdef, params), "config", None)
-  return getattr(cfg, "head_dim", None)
+  def one(x, sharding):
+    x = np.asarray(x)
+    return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+  return jax.tree.map(one, host_tree, shardings)
 
 
 def decode_state_shardings(mesh: Mesh, state, head_dim: int | None = None):
@@ -331,48 +307,6 @@ def decode_state_shardings(mesh: Mesh, state, head_dim: int | None = None):
     spec = P(BATCH_AXES, None, "tensor") if len(shape) == 4 else P(BATCH_AXES)
     return NamedSharding(mesh, fit_spec(spec, shape, mesh))
   return jax.tree.map(one, state)
-
-
-class ShardedSampler:
-  """sampling.decode's prefill and decode, jitted with explicit in/out shardings on `mesh`.
-
-  Same call signatures as `decode.prefill` / `decode.decode` (graphdef first, sampler knobs as
-  keywords). One jit per (static knobs, input shapes); the decode state is donated call to call so
-  the KV cache is updated in place.
-  """
-
-  def __init__(self, mesh: Mesh):
-    from compassplay_jax.sampling import decode
-    self.mesh = mesh
-    self._cache = {}
-    # The undecorated functions, so this works even where decode.prefill/decode are swapped for ours.
-    self._prefill, self._decode = decode.prefill.__wrapped__, decode.decode.__wrapped__
-
-  def _rows(self, shape):
-    return NamedSharding(self.mesh, fit_spec(P(BATCH_AXES), shape, self.mesh))
-
-  def prefill(self, graphdef, params, input_ids, prompt_mask, prompt_index, row_live, key, **static):
-    args = (params, input_ids, prompt_mask, prompt_index, row_live, key)
-    sig = ("prefill", graphdef, tuple(sorted(static.items())),
-           tuple(jnp_shape(x) for x in jax.tree.leaves(args[1:])))
-    if sig not in self._cache:
-      fn = lambda p, *rest: self._prefill(graphdef, p, *rest, **static)
-      p_sh = tree_shardings(params, self.mesh, _head_dim(graphdef, params))
-      state = jax.eval_shape(fn, *args)
-      in_sh = (p_sh,) + tuple(self._rows(jnp_shape(x)) for x in args[1:5]) + (replicated(self.mesh),)
-      self._cache[sig] = jax.jit(fn, in_shardings=in_sh, out_shardings=decode_state_shardings(self.mesh, state))
-    return self._cache[sig](*args)
-
-  def decode(self, graphdef, params, state, stop_at, host_done, **static):
-    sig = ("decode", graphdef, tuple(sorted(static.items())),
-           tuple(jnp_shape(x) for x in jax.tree.leaves((state, host_done))))
-    if sig not in self._cache:
-      fn = lambda p, st, stop, done: self._decode(graphdef, p, st, stop, done, **static)
-      p_sh = tree_shardings(params, self.mesh, _head_dim(graphdef, params))
-      s_sh = decode_state_shardings(self.mesh, state)
-      in_sh = (p_sh, s_sh, replicated(self.mesh), self._rows(jnp_shape(host_done)))
-      self._cache[sig] = jax.jit(fn, in_shardings=in_sh, out_shardings=s_sh, donate_argnums=(1,))
-    return self._cache[sig](params, state, stop_at, host_done)
 
 
 def jnp_shape(x) -> tuple[int, ...]:

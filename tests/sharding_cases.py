@@ -19,6 +19,7 @@ import pytest  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from compassplay_jax import sharding as sh  # noqa: E402
+from compassplay_jax.engine import Engine, EngineSettings, ShardedSampler  # noqa: E402
 from compassplay_jax.models.config import ModelConfig  # noqa: E402
 from compassplay_jax.models.decoder import init_decoder  # noqa: E402
 
@@ -185,12 +186,12 @@ def test_reward_cosines_match_single_device(name, shape, method):
   mesh = sh.make_mesh(shape)
   sparams = sh.shard_params(params, mesh, cfg.head_dim)
   sref, scand = sh.shard_batch(ref, mesh), sh.shard_batch(cand, mesh)
-  g_ref = sh.jit_reference_gradient(graphdef, mesh, sparams, micro_batch=4)(
-      sparams, sref["tokens"], sref["loss_mask"], sref["attention_mask"])
+  engine = Engine.build(graphdef, sparams, mesh, EngineSettings(reward_method=method, reward_chunk_size=4,
+                                                                 reward_micro_batch=4))
+  g_ref = engine.reference_gradient(sparams, sref["tokens"], sref["loss_mask"], sref["attention_mask"])
   tree_close(g_ref, want_g_ref)
   assert_rule_shardings(g_ref, mesh, cfg)  # stored with the parameters' sharding
-  got = sh.jit_gradient_cosines(graphdef, mesh, sparams, method=method, chunk_size=4)(
-      sparams, g_ref, scand["tokens"], scand["loss_mask"], scand["attention_mask"])
+  got = engine.cosines(sparams, g_ref, scand["tokens"], scand["loss_mask"], scand["attention_mask"])
   for field in ("cosines", "inner_products", "sq_norms", "ref_sq_norm"):
     close(getattr(got, field), getattr(want[method], field))
   np.testing.assert_array_equal(got.has_loss_tokens, want[method].has_loss_tokens)
@@ -220,8 +221,8 @@ def test_train_step_matches_single_device(mesh):
   sp = sh.shard_params(params, mesh, cfg.head_dim)
   sp, so = train_lib.init_train_state(sp, tcfg, optimizer)
   so = jax.device_put(so, sh.tree_shardings(so, mesh, cfg.head_dim, strict=False))
-  step = sh.jit_train_step(graphdef, tcfg, mesh, sp, so, b, optimizer=optimizer)
-  new_p, new_o, metrics = step(sp, so, sh.shard_batch(b, mesh), jax.random.key(0))
+  engine = Engine.build(graphdef, sp, mesh, EngineSettings(train=tcfg), optimizer=optimizer)
+  new_p, new_o, metrics = engine.train_step(sp, so, sh.shard_batch(b, mesh), jax.random.key(0))
   close(metrics["loss"], want_m["loss"])
   close(metrics["grad_norm"], want_m["grad_norm"])
   tree_close(new_p, want_p)
@@ -230,11 +231,39 @@ def test_train_step_matches_single_device(mesh):
   assert np.abs(np.asarray(jax.tree.leaves(new_p)[0]) - first).max() > 1e-4  # the step moved the params
 
 
+def test_engine_train_state_and_bucketed_step_match_single_device(mesh):
+  """Engine.init_train_state lays params and Adam moments out by the rules; the length-bucketed step
+  (micro-batches of 3 and 5 rows, padded to the mesh by the engine) equals one device's."""
+  from compassplay_jax.rl import losses as rl_losses
+  from compassplay_jax.rl import train_step as train_lib
+  cfg = CONFIGS["qwen2"]
+  graphdef, params = nnx.split(init_decoder(cfg, seed=1))
+  b = batch(cfg.vocab_size, seed=6)
+  logits = nnx.merge(graphdef, params)(b["tokens"], attention_mask=b["attention_mask"])
+  b["old_logprobs"] = np.asarray(rl_losses.token_logprobs(logits, jnp.asarray(b["tokens"])))
+  b["advantages"] = np.linspace(-1.0, 1.0, N).astype(np.float32)
+  micro = [{k: v[:3] for k, v in b.items()}, {k: v[3:, 6:] if v.ndim == 2 else v[3:] for k, v in b.items()}]
+  tcfg = train_lib.TrainConfig(learning_rate=1e-3)
+  fresh = lambda: jax.tree.map(jnp.copy, params)
+  want_p, want_o, want_m = train_lib.make_bucketed_train_step(graphdef, tcfg)(
+      *train_lib.init_train_state(fresh(), tcfg), micro, jax.random.key(0))
+
+  engine = Engine.build(graphdef, params, mesh, EngineSettings(train=tcfg))
+  sp, so = engine.init_train_state(fresh())
+  assert_rule_shardings(sp, mesh, cfg)
+  for leaf, want in zip(jax.tree.leaves(so), jax.tree.leaves(engine.opt_shardings(so))):
+    assert leaf.sharding.is_equivalent_to(want, leaf.ndim)
+  new_p, new_o, metrics = engine.bucketed_train_step(sp, so, micro, jax.random.key(0))
+  close(metrics["loss"], want_m["loss"])
+  tree_close(new_p, want_p)
+  tree_close(new_o, want_o)
+  assert_rule_shardings(new_p, mesh, cfg)
+
+
 # ---- sampler -----------------------------------------------------------------------------------------
 
-def test_greedy_sampler_matches_single_device(mesh, monkeypatch):
+def test_greedy_sampler_matches_single_device(mesh):
   import importlib
-  from compassplay_jax.sampling import decode
   gen_lib = importlib.import_module("compassplay_jax.sampling.generate")
   from compassplay_jax.sampling.config import SamplingConfig
   cfg = CONFIGS["qwen2"]
@@ -244,10 +273,9 @@ def test_greedy_sampler_matches_single_device(mesh, monkeypatch):
   config = SamplingConfig(temperature=0.0, max_new_tokens=8, eos_ids=(0,), bucket_lengths=(16,), micro_batch_size=8)
   want = gen_lib.generate(graphdef, params, None, prompts, config, key=0)
 
-  sampler = sh.ShardedSampler(mesh)
-  monkeypatch.setattr(decode, "prefill", sampler.prefill)
-  monkeypatch.setattr(decode, "decode", sampler.decode)
-  got = gen_lib.generate(graphdef, sh.shard_params(params, mesh, cfg.head_dim), None, prompts, config, key=0)
+  sampler = ShardedSampler(mesh, cfg.head_dim)
+  got = gen_lib.generate(graphdef, sh.shard_params(params, mesh, cfg.head_dim), None, prompts, config, key=0,
+                         device_fns=sampler)
   assert len(sampler._cache) == 2  # both device calls went through the explicitly sharded jits
   for a, b in zip(got.tokens, want.tokens):
     np.testing.assert_array_equal(a, b)

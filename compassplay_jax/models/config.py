@@ -10,11 +10,13 @@ import json
 import pathlib
 from typing import Any
 
+from compassplay_jax.errors import UserError
+
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
   """A config.json (or equivalent metadata) that we cannot turn into a ModelConfig."""
 
 

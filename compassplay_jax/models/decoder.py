@@ -78,10 +78,12 @@ class Attention(nnx.Module):
     v = self.v_proj(x, ops).reshape(b, t, kv, hd)
     new_cache = None
     if cache is not None:
-      k_all = jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), (0, cache_index, 0, 0))
-      v_all = jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), (0, cache_index, 0, 0))
+      k_all = write_cache(cache.k, k.astype(cache.k.dtype), cache_index)
+      v_all = write_cache(cache.v, v.astype(cache.v.dtype), cache_index)
       new_cache = KVCache(k_all, v_all)
       k, v = k_all.astype(x.dtype), v_all.astype(x.dtype)
+      if allowed.shape[-1] < k.shape[1]:  # the mask covers only the first slots: attend to those only
+        k, v = k[:, :allowed.shape[-1]], v[:, :allowed.shape[-1]]
     q = q.reshape(b, t, kv, groups, hd)
     scores = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) * (hd ** -0.5)
     scores = jnp.where(allowed[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
@@ -120,6 +122,14 @@ class Block(nnx.Module):
     return x, new_cache
 
 
+def write_cache(buf: jnp.ndarray, new: jnp.ndarray, index) -> jnp.ndarray:
+  """Writes new (B, T, ...) into buf (B, S, ...) at slot `index`: a scalar (every row at the same
+  slot) or a (B,) array (each row at its own slot: continuous batching, sampling/continuous.py)."""
+  if jnp.ndim(index) == 0:
+    return jax.lax.dynamic_update_slice(buf, new, (0, index) + (0,) * (buf.ndim - 2))
+  return jax.vmap(lambda b, n, i: jax.lax.dynamic_update_slice(b, n, (i,) + (0,) * (b.ndim - 1)))(buf, new, index)
+
+
 def default_positions(attention_mask: jnp.ndarray) -> jnp.ndarray:
   """Position ids for a left-padded batch: 0 at each row's first real token (as transformers does)."""
   return jnp.maximum(jnp.cumsum(attention_mask.astype(jnp.int32), axis=-1) - 1, 0)
@@ -144,10 +154,13 @@ class Decoder(nnx.Module):
 
     Without a cache, `attention_mask` (B, T) marks real tokens (left padding is 0) and attention is
     causal over the T slots. With a cache (a list of per-layer KVCache of length S), the T new tokens
-    are written at slots [cache_index, cache_index + T) and `attention_mask` (B, S) marks the valid
-    slots of the whole cache, new ones included. `last_only` computes logits for the last slot only;
-    `logits_from` (static) for slots [logits_from, T) only: the LM head over a large vocabulary is
-    the biggest activation, and RL losses need it only where the completion is.
+    are written at slots [cache_index, cache_index + T) (cache_index a scalar, or (B,) for a slot per
+    row) and `attention_mask` (B, S) marks the valid slots of the whole cache, new ones included;
+    slots after a row's query are never attended; a mask of (B, W < S) attends to the first W slots
+    only (a decode window: the caller guarantees every row's valid slots lie there). `last_only`
+    computes logits for the last slot only; `logits_from` (static) for slots [logits_from, T) only:
+    the LM head over a large vocabulary is the biggest activation, and RL losses need it only where
+    the completion is.
     """
     input_ids = jnp.asarray(input_ids)
     b, t = input_ids.shape
@@ -159,10 +172,12 @@ class Decoder(nnx.Module):
       if cache is not None:
         raise ValueError("positions are required when decoding with a cache")
       positions = default_positions(attention_mask)
-    start = 0 if cache is None else cache_index
-    query_slots = start + jnp.arange(t)
+    # cache_index may be (B,) (each row writes at its own slot); query_slots is then (B, T).
+    start = jnp.asarray(0 if cache is None else cache_index)
+    query_slots = start[..., None] + jnp.arange(t)
     key_slots = jnp.arange(attention_mask.shape[1])
-    allowed = (key_slots[None, :] <= query_slots[:, None])[None] & (attention_mask[:, None, :] > 0)
+    causal = key_slots <= query_slots[..., None]
+    allowed = (causal if causal.ndim == 3 else causal[None]) & (attention_mask[:, None, :] > 0)
 
     cos, sin = rope.rope_cos_sin(self.config, positions, dt)
     x = ops.embed("embed_tokens", input_ids, self.embed_tokens[...]).astype(dt)
@@ -197,3 +212,8 @@ class Decoder(nnx.Module):
 def init_decoder(cfg: ModelConfig, seed: int = 0) -> Decoder:
   """A randomly initialised decoder (tests, the `tiny` configs)."""
   return Decoder(cfg, rngs=nnx.Rngs(params=seed))
+
+
+def model_config(graphdef, params) -> ModelConfig:
+  """The ModelConfig of a split Decoder (`nnx.split(model)`); params may be abstract (ShapeDtypeStructs)."""
+  return nnx.merge(graphdef, params).config

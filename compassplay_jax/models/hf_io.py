@@ -11,12 +11,11 @@ import re
 from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from compassplay_jax.models.config import ModelConfig
-from compassplay_jax.models.decoder import Decoder
+from compassplay_jax.models.tree_paths import path_str
+from compassplay_jax.models.weights import abstract_model, build_state, expected_leaves, map_name  # noqa: F401
 from compassplay_jax.models.safetensors_io import CheckpointError, open_checkpoint, write_safetensors
 
 # (HF name regex, our path template, transpose). {i} is the layer index.
@@ -36,11 +35,7 @@ _IGNORED = (re.compile(r".*rotary_emb\.inv_freq"),)
 
 def hf_to_path(hf_name: str) -> tuple[str, bool] | None:
   """Our dotted parameter path and the transpose flag for an HF tensor name (None if unknown)."""
-  for pattern, template, transpose in PARAM_MAP:
-    m = re.fullmatch(pattern, hf_name)
-    if m:
-      return template.format(*m.groups()), transpose
-  return None
+  return map_name(PARAM_MAP, hf_name)
 
 
 def path_to_hf(path: str) -> tuple[str, bool]:
@@ -56,19 +51,6 @@ def path_to_hf(path: str) -> tuple[str, bool]:
   raise KeyError(f"no Hugging Face name for parameter {path!r}")
 
 
-def _path_str(key_path) -> str:
-  """'layers.0.self_attn.q_proj.kernel' for a pytree key path into an nnx.State."""
-  parts = [str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in key_path]
-  return ".".join(parts[:-1] if parts and parts[-1] == "value" else parts)
-
-
-def abstract_model(cfg: ModelConfig):
-  """(graphdef, abstract param state) without allocating any weights."""
-  abstract = nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0)))
-  graphdef, state = nnx.split(abstract)
-  return graphdef, state
-
-
 def load_params(directory: str | pathlib.Path, cfg: ModelConfig,
                 shardings: Callable[[str, tuple[int, ...]], Any] | None = None) -> nnx.State:
   """Reads a safetensors checkpoint into our param state, tensor by tensor.
@@ -78,8 +60,7 @@ def load_params(directory: str | pathlib.Path, cfg: ModelConfig,
   """
   directory = pathlib.Path(directory)
   files = open_checkpoint(directory)
-  _, abstract_state = abstract_model(cfg)
-  expected = {_path_str(kp): leaf for kp, leaf in jax.tree_util.tree_leaves_with_path(abstract_state)}
+  _, abstract_state, expected = expected_leaves(cfg)
   by_path = {}
   for hf_name, f in files.items():
     if any(p.fullmatch(hf_name) for p in _IGNORED):
@@ -97,24 +78,18 @@ def load_params(directory: str | pathlib.Path, cfg: ModelConfig,
     raise CheckpointError(f"{directory}: missing tensor {hf_name!r}" +
                           (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
 
-  param_dtype = jnp.dtype(cfg.param_dtype)
-
-  def load_leaf(key_path, leaf):
-    path = _path_str(key_path)
+  for path, leaf in expected.items():
     hf_name, f, transpose = by_path[path]
-    array = f.get(hf_name)
-    if transpose:
-      array = array.T
-    if tuple(array.shape) != tuple(leaf.shape):
+    shape = f.shape(hf_name)[::-1] if transpose else f.shape(hf_name)
+    if tuple(shape) != tuple(leaf.shape):
       raise CheckpointError(f"{f.path}: tensor {hf_name!r} has shape {tuple(f.shape(hf_name))}, "
                             f"expected {tuple(leaf.shape[::-1] if transpose else leaf.shape)}")
-    sharding = shardings(path, leaf.shape) if shardings is not None else None
-    if sharding is None:
-      return jnp.asarray(np.asarray(array, dtype=param_dtype))
-    return jax.make_array_from_callback(
-        leaf.shape, sharding, lambda index: np.asarray(array[index], dtype=param_dtype))
 
-  return jax.tree_util.tree_map_with_path(load_leaf, abstract_state)
+  def read(path, index):  # only `index`'s bytes come off the file (safetensors get_slice)
+    hf_name, f, transpose = by_path[path]
+    return f.read(hf_name, index, transpose)
+
+  return build_state(abstract_state, cfg, read, shardings)
 
 
 def save_hf(model_or_state, cfg: ModelConfig, directory: str | pathlib.Path, dtype: str | None = None) -> None:
@@ -124,7 +99,7 @@ def save_hf(model_or_state, cfg: ModelConfig, directory: str | pathlib.Path, dty
   state = nnx.state(model_or_state, nnx.Param) if isinstance(model_or_state, nnx.Module) else model_or_state
   tensors = {}
   for key_path, leaf in jax.tree_util.tree_leaves_with_path(state):
-    hf_name, transpose = path_to_hf(_path_str(key_path))
+    hf_name, transpose = path_to_hf(path_str(key_path))
     value = leaf.T if transpose else leaf
     tensors[hf_name] = value.astype(dtype) if dtype else value
   write_safetensors(directory / "model.safetensors", tensors, metadata={"format": "pt"})

@@ -1,8 +1,10 @@
-"""Minimal safetensors reading and writing, tensor by tensor.
+"""Safetensors checkpoints read through the `safetensors` library, tensor by tensor and slice by slice.
 
-We read through a memory map of each file so a tensor (or one device's slice of it) is read on its
-own and the checkpoint never sits in one host buffer. bfloat16 is handled through ml_dtypes (which
-numpy alone lacks). Corrupt or truncated files raise CheckpointError naming the file and tensor.
+`safe_open` memory-maps each file; `get_slice(name)[index]` reads only the bytes of one device's
+slice, so a sharded load never holds a whole tensor (let alone the checkpoint) in one host buffer.
+bfloat16 comes back as ml_dtypes.bfloat16. Corrupt or truncated files raise CheckpointError naming the
+file (and, when the data is cut short, the first tensor that lies past its end). Writing stays ours:
+it copies each jax array to the host only when its bytes are written.
 """
 from __future__ import annotations
 
@@ -12,6 +14,9 @@ import struct
 
 import ml_dtypes
 import numpy as np
+from safetensors import SafetensorError, safe_open
+
+from compassplay_jax.errors import UserError
 
 _DTYPES = {
     "F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
@@ -20,55 +25,64 @@ _DTYPES = {
 _NAMES = {np.dtype(v): k for k, v in _DTYPES.items()}
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError, ValueError):
   """A checkpoint file that is missing, corrupt, truncated or does not match the model."""
 
 
 class SafetensorsFile:
-  """Lazy view of one .safetensors file: `names()`, `shape(name)`, `get(name)` -> np.memmap view."""
+  """One .safetensors file: `names()`, `shape(name)`, `get(name)` (whole) and `read(name, index, transpose)`."""
 
   def __init__(self, path: str | pathlib.Path):
     self.path = pathlib.Path(path)
+    if not self.path.is_file():
+      raise CheckpointError(f"{self.path}: not found")
     try:
-      size = self.path.stat().st_size
-      with open(self.path, "rb") as f:
-        raw_len = f.read(8)
-        if len(raw_len) < 8:
-          raise CheckpointError(f"{self.path}: truncated safetensors file (no header)")
-        (header_len,) = struct.unpack("<Q", raw_len)
-        if header_len > size - 8:
-          raise CheckpointError(f"{self.path}: truncated safetensors file (header claims {header_len} bytes)")
-        header = json.loads(f.read(header_len))
-    except FileNotFoundError:
-      raise CheckpointError(f"{self.path}: not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-      raise CheckpointError(f"{self.path}: corrupt safetensors header ({e})") from None
-    self.metadata = header.pop("__metadata__", {}) or {}
-    self._entries = header
-    self._data_start = 8 + header_len
-    for name, entry in header.items():
-      if entry.get("dtype") not in _DTYPES:
-        raise CheckpointError(f"{self.path}: tensor {name!r} has unsupported dtype {entry.get('dtype')!r}")
-      end = entry["data_offsets"][1]
-      if self._data_start + end > size:
-        raise CheckpointError(f"{self.path}: truncated safetensors file (tensor {name!r} ends at byte "
-                              f"{self._data_start + end}, file has {size})")
-    self._mmap = None
+      self._file = safe_open(str(self.path), framework="numpy")
+    except SafetensorError as e:
+      raise CheckpointError(_diagnose(self.path, e)) from None
+    self.metadata = self._file.metadata() or {}
+    self._shapes = {name: tuple(self._file.get_slice(name).get_shape()) for name in self._file.keys()}
 
   def names(self) -> list[str]:
-    return list(self._entries)
+    return list(self._shapes)
 
   def shape(self, name: str) -> tuple[int, ...]:
-    return tuple(self._entries[name]["shape"])
+    return self._shapes[name]
 
   def get(self, name: str) -> np.ndarray:
-    """A read-only memory-mapped view; slicing it reads only the bytes asked for."""
-    if self._mmap is None:
-      self._mmap = np.memmap(self.path, dtype=np.uint8, mode="r")
-    entry = self._entries[name]
-    start, end = entry["data_offsets"]
-    flat = self._mmap[self._data_start + start:self._data_start + end]
-    return flat.view(_DTYPES[entry["dtype"]]).reshape(entry["shape"])
+    return self._file.get_tensor(name)
+
+  def read(self, name: str, index: tuple = (), transpose: bool = False) -> np.ndarray:
+    """The slice `index` (a tuple of slices, as jax.make_array_from_callback passes) of the tensor,
+    or of its transpose: only those bytes are read from the file."""
+    ndim = len(self._shapes[name])
+    index = tuple(index) + (slice(None),) * (ndim - len(index))
+    if transpose:
+      return self._file.get_slice(name)[index[::-1]].T
+    return self._file.get_slice(name)[index]
+
+
+def _diagnose(path: pathlib.Path, error: Exception) -> str:
+  """A one-line reason for a file the library refused: truncation (naming the first cut-off tensor),
+  a corrupt header, or the library's own message."""
+  size = path.stat().st_size
+  with open(path, "rb") as f:
+    raw_len = f.read(8)
+    if len(raw_len) < 8:
+      return f"{path}: truncated safetensors file (no header)"
+    (header_len,) = struct.unpack("<Q", raw_len)
+    if header_len > size - 8:
+      return f"{path}: truncated safetensors file (header claims {header_len} bytes)"
+    try:
+      header = json.loads(f.read(header_len))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+      return f"{path}: corrupt safetensors header ({e})"
+  header.pop("__metadata__", None)
+  for name, entry in header.items():
+    end = 8 + header_len + entry.get("data_offsets", [0, 0])[1]
+    if end > size:
+      return f"{path}: truncated safetensors file (tensor {name!r} ends at byte {end}, file has {size})"
+  return f"{path}: not a readable safetensors file ({error})"
 
 
 def open_checkpoint(directory: str | pathlib.Path) -> dict[str, SafetensorsFile]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pathlib
 
+from compassplay_jax.errors import InputNotFound
+
 
 def ensure_pad_token(tokenizer):
   """Many causal LMs ship no pad token; we pad with eos (padding is masked everywhere anyway)."""
@@ -16,7 +18,7 @@ def load_hf_tokenizer(directory: str | pathlib.Path):
   from transformers import AutoTokenizer
   directory = pathlib.Path(directory)
   if not any((directory / n).exists() for n in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")):
-    raise FileNotFoundError(f"{directory}: no tokenizer files (tokenizer.json / tokenizer.model / "
+    raise InputNotFound(f"{directory}: no tokenizer files (tokenizer.json / tokenizer.model / "
                             f"tokenizer_config.json)")
   return ensure_pad_token(AutoTokenizer.from_pretrained(str(directory)))
 

@@ -29,7 +29,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from compassplay_jax.models.hf_io import _path_str
+from compassplay_jax import microbatch
+from compassplay_jax.models.decoder import model_config
+from compassplay_jax.models.tree_paths import path_str
 from compassplay_jax.models.ops import LayerOps
 from compassplay_jax.rewards.losses import per_sequence_loss
 
@@ -68,20 +70,13 @@ class FusedConfig:
 def _chunked(fn, arrays, chunk_size):
   """fn over the leading (example) axis of `arrays`, `chunk_size` examples at a time -> (N, ...).
 
-  Chunks are strided (chunk j holds examples i * steps + j), so a batch sharded along its first
-  axis stays evenly sharded in every chunk; each step slices its chunk in place (no transposed
-  copy of the activations). The chunk is the largest divisor of N not above chunk_size, so
-  nothing is padded.
+  Chunks are strided (microbatch.map_rows), so a batch sharded along its first axis stays evenly
+  sharded in every chunk. The chunk is the largest divisor of N not above chunk_size, so nothing
+  is padded.
   """
   n = arrays[0].shape[0]
   chunk = n if chunk_size is None else max(d for d in range(1, min(int(chunk_size), n) + 1) if n % d == 0)
-  if chunk >= n:
-    return fn(*arrays)
-  steps = n // chunk
-  strided = tuple(x.reshape((chunk, steps) + x.shape[1:]) for x in arrays)
-  take = lambda x, j: jax.lax.dynamic_index_in_dim(x, j, axis=1, keepdims=False)
-  out = jax.lax.map(lambda j: fn(*(take(x, j) for x in strided)), jnp.arange(steps))
-  return jnp.swapaxes(out, 0, 1).reshape((n,) + out.shape[2:])
+  return microbatch.map_rows(fn, arrays, chunk)
 
 
 def _gram_sq(a, d):
@@ -279,7 +274,7 @@ def reference_by_name(g_ref) -> dict:
   """{op name: {"kernel"|"bias"|"scale"|"table": array}} from a params-shaped g_ref."""
   out = {}
   for key_path, leaf in jax.tree_util.tree_leaves_with_path(g_ref):
-    path = _path_str(key_path)
+    path = path_str(key_path)
     prefix, _, last = path.rpartition(".")
     name, kind = (prefix, last) if last in _LEAF_KINDS else (path, "table")
     out.setdefault(name, {})[kind] = leaf
@@ -311,8 +306,7 @@ def fused_layer_stats(graphdef, params, g_ref, tokens, loss_mask, attention_mask
 
 
 def _uses_remat(graphdef, params) -> bool:
-  config = getattr(nnx.merge(graphdef, params), "config", None)
-  return bool(getattr(config, "remat", True))
+  return bool(model_config(graphdef, params).remat)
 
 
 def fused_stats(graphdef, params, g_ref, tokens, loss_mask, attention_mask, cfg: FusedConfig = FusedConfig()):

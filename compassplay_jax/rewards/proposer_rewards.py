@@ -11,7 +11,7 @@ Every reward goes through the same eligibility gate, in this order of precedence
        novelty_only             1 - J(x, seed)
        soar_utility             measured held-out improvement (see `soar_utility`)
 
-Defaults and their sources (../shared/notes/azr-coding-selfplay.md §4):
+Defaults and their sources (docs/paper_settings.md §4.1):
   AZR_CODE (the default, matches the released AZR models; reward_managers.py L400-436):
     bad_format = -1, invalid = -1 (any validity failure zeroes the format score), out_of_band = -0.5.
   AZR_PAPER (Eq. 4 and Eq. 6 of the AZR paper; see AZR issue #37 for the mismatch):
@@ -71,7 +71,7 @@ def novelty_only(*, jaccard_to_seed=None, **_):
 
 
 def soar_utility(*, heldout_improvement=None, **_):
-  """SOAR's grounded teacher reward (notes §11), given its measurement.
+  """SOAR's grounded teacher reward (docs/paper_settings.md §11), given its measurement.
 
   The reward itself is a pure function, but its input is expensive and stateful, so the loop must
   supply it: heldout_improvement[i] = Acc_greedy(student after training on the dataset X_k that

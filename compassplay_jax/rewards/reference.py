@@ -10,22 +10,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from compassplay_jax import microbatch
 from compassplay_jax.rewards.losses import per_sequence_loss, token_counts
 
 # Arguments that `jax.jit` must treat as static (hashable Python values).
 REFERENCE_STATIC_ARGNAMES = ("graphdef", "micro_batch")
-
-
-def _micro_batches(x, micro_batch: int):
-  """(R, ...) -> (R_pad / micro_batch, micro_batch, ...), zero-padded, strided over R.
-
-  Micro-batch j holds rows {i * n_micro + j}: each one spans the whole batch axis, so a batch
-  sharded along its first axis stays evenly sharded inside every micro-batch.
-  """
-  r = x.shape[0]
-  n_micro = -(-r // micro_batch)
-  x = jnp.pad(x, [(0, n_micro * micro_batch - r)] + [(0, 0)] * (x.ndim - 1))
-  return jnp.swapaxes(x.reshape((micro_batch, n_micro) + x.shape[1:]), 0, 1)
 
 
 def reference_loss_and_gradient(graphdef, params, tokens, loss_mask, attention_mask=None, micro_batch: int = 8):
@@ -37,7 +26,8 @@ def reference_loss_and_gradient(graphdef, params, tokens, loss_mask, attention_m
   attention_mask = jnp.asarray(attention_mask)
   micro_batch = max(1, min(int(micro_batch), tokens.shape[0]))
   # Padding rows have no loss tokens, so they add exactly 0 to the loss and the gradient.
-  xs = tuple(_micro_batches(a, micro_batch) for a in (tokens, loss_mask, attention_mask))
+  # Strided micro-batches (microbatch.split_rows): each spans the whole (sharded) batch axis.
+  xs = tuple(microbatch.split_rows(a, micro_batch, pad=True) for a in (tokens, loss_mask, attention_mask))
 
   def summed_loss(p, tok, lm, am):
     return jnp.sum(per_sequence_loss(graphdef, p, tok, lm, am))

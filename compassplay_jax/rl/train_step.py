@@ -9,23 +9,25 @@ Batch (all leading dims B; per-token arrays use losses.py's alignment, index 0 u
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 
+from compassplay_jax import microbatch
 from compassplay_jax.rl import losses, optim
 
 AGGREGATIONS = ("token_mean", "microbatch_token_mean")
-LAYOUTS = ("strided", "contiguous")
+LAYOUTS = microbatch.LAYOUTS
 _FLOAT_DTYPES = ("float32", "bfloat16")
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-  """Optimisation hyper-parameters. Defaults are AZR's (azr notes §5.3); SGS's are in docs/training.md."""
+  """Optimisation hyper-parameters. Defaults are AZR's (docs/paper_settings.md §5.3); SGS's are in docs/training.md."""
   learning_rate: float = 1e-6
   schedule: str = "constant"  # constant | linear | cosine (after warmup)
   warmup_steps: int = 0
@@ -119,35 +121,16 @@ def _overrides(compute_dtype: str | None, remat: bool | None) -> dict:
 
 def _split_micro(batch: dict, micro_batch_size: int | None, layout: str) -> tuple[dict, int]:
   """Each array (B, ...) -> (K, m, ...), m = micro_batch_size, rows grouped as `layout` says."""
-  b = batch["tokens"].shape[0]
-  mbs = micro_batch_size or b
-  if b % mbs:
-    raise ValueError(f"batch size {b} is not a multiple of micro_batch_size {mbs}")
-  k = b // mbs
-  if layout == "contiguous":
-    return {name: x.reshape((k, mbs) + x.shape[1:]) for name, x in batch.items()}, k
-  return {name: jnp.swapaxes(x.reshape((mbs, k) + x.shape[1:]), 0, 1) for name, x in batch.items()}, k
+  mbs = micro_batch_size or batch["tokens"].shape[0]
+  micro = {name: microbatch.split_rows(x, mbs, layout) for name, x in batch.items()}
+  return micro, micro["tokens"].shape[0]
 
 
-def _merge_micro(x: jnp.ndarray, layout: str) -> jnp.ndarray:
-  """Inverse of _split_micro for one array (K, m, ...) -> (B, ...)."""
-  if layout == "strided":
-    x = jnp.swapaxes(x, 0, 1)
-  return x.reshape((-1,) + x.shape[2:])
+METRIC_NAMES = ("pg_loss", "entropy", "kl", "clip_frac", "ratio_mean", "approx_kl", "num_tokens", "loss")
 
 
-def make_train_step(graphdef, cfg: TrainConfig, *, optimizer: optax.GradientTransformation | None = None,
-                    in_shardings: Any = None, out_shardings: Any = None, donate: bool = True) -> Callable:
-  """Returns jitted `train_step(params, opt_state, batch, key) -> (params, opt_state, metrics)`.
-
-  One call = one optimizer update on the whole batch, accumulating gradients over micro-batches of
-  cfg.micro_batch_size rows with lax.scan. `key` is reserved for stochastic layers (the decoder has
-  none) and is unused. params and opt_state are donated when `donate`. `in_shardings` and
-  `out_shardings` go to jax.jit unchanged (leave None for single-device use).
-  """
-  optimizer = optimizer or make_optimizer(cfg)
-  schedule = optim.make_schedule(cfg.learning_rate, cfg.schedule, cfg.warmup_steps, cfg.total_steps,
-                                 cfg.end_lr_ratio)
+def _micro_grad_fn(graphdef, cfg: TrainConfig):
+  """grad(weight · loss(micro-batch)) with the unweighted loss and its metrics as aux."""
   overrides = _overrides(cfg.compute_dtype, cfg.remat)
   loss_kwargs = dict(clip_eps_low=cfg.clip_eps_low, clip_eps_high=cfg.clip_eps_high,
                      entropy_coef=cfg.entropy_coef, kl_coef=cfg.kl_coef, temperature=cfg.temperature)
@@ -160,7 +143,57 @@ def make_train_step(graphdef, cfg: TrainConfig, *, optimizer: optax.GradientTran
         ref_logprobs=mb.get("ref_logprobs"), **loss_kwargs)
     return weight * loss, (loss, metrics)
 
-  grad_fn = jax.grad(micro_loss, has_aux=True)
+  return jax.grad(micro_loss, has_aux=True)
+
+
+def _accumulate(grad_acc, metric_acc, grads, loss, metrics, weight):
+  """Adds one micro-batch: gradients (already weighted) in float32, metrics weighted (token counts summed)."""
+  grad_acc = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), grad_acc, grads)
+  metrics = {**metrics, "loss": loss}
+  metric_acc = {name: metric_acc[name] + (v if name == "num_tokens" else weight * v) for name, v in metrics.items()}
+  return grad_acc, metric_acc
+
+
+def _zero_accumulators(params):
+  return (jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params),
+          {name: jnp.zeros((), jnp.float32) for name in METRIC_NAMES})
+
+
+def _update_fn(cfg: TrainConfig, optimizer):
+  """(params, opt_state, summed grads, metrics) -> one AdamW step, skipped when not finite."""
+  schedule = optim.make_schedule(cfg.learning_rate, cfg.schedule, cfg.warmup_steps, cfg.total_steps,
+                                 cfg.end_lr_ratio)
+
+  def update(params, opt_state, grads, metrics):
+    grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params)
+    step = optim.optimizer_step(opt_state)
+    grad_norm = optax.global_norm(grads)
+    updates, new_opt_state = optimizer.update(grads, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
+    ok = jnp.isfinite(grad_norm) & jnp.isfinite(metrics["loss"])
+    if cfg.skip_nonfinite:
+      keep = lambda new, old: jnp.where(ok, new, old)
+      new_params = jax.tree.map(keep, new_params, params)
+      new_opt_state = jax.tree.map(keep, new_opt_state, opt_state)
+    metrics = {**metrics, "grad_norm": grad_norm, "learning_rate": schedule(step),
+               "skipped": (~ok).astype(jnp.float32)}
+    return new_params, new_opt_state, metrics
+
+  return update
+
+
+def make_train_step(graphdef, cfg: TrainConfig, *, optimizer: optax.GradientTransformation | None = None,
+                    in_shardings: Any = None, out_shardings: Any = None, donate: bool = True) -> Callable:
+  """Returns jitted `train_step(params, opt_state, batch, key) -> (params, opt_state, metrics)`.
+
+  One call = one optimizer update on the whole batch, accumulating gradients over micro-batches of
+  cfg.micro_batch_size rows with lax.scan. `key` is reserved for stochastic layers (the decoder has
+  none) and is unused. params and opt_state are donated when `donate`. `in_shardings` and
+  `out_shardings` go to jax.jit unchanged (leave None for single-device use).
+  """
+  optimizer = optimizer or make_optimizer(cfg)
+  grad_fn = _micro_grad_fn(graphdef, cfg)
+  update = _update_fn(cfg, optimizer)
 
   def train_step(params, opt_state, batch, key):
     del key  # no stochastic layers
@@ -173,31 +206,12 @@ def make_train_step(graphdef, cfg: TrainConfig, *, optimizer: optax.GradientTran
       weights = jnp.full((k,), 1.0 / k, jnp.float32)
 
     def body(carry, xs):
-      grad_acc, metric_acc = carry
       mb, w = xs
       grads, (loss, metrics) = grad_fn(params, mb, w)
-      grad_acc = jax.tree.map(lambda a, g: a + g.astype(jnp.float32), grad_acc, grads)
-      metrics = {**metrics, "loss": loss}
-      metric_acc = {name: metric_acc[name] + (v if name == "num_tokens" else w * v) for name, v in metrics.items()}
-      return (grad_acc, metric_acc), None
+      return _accumulate(*carry, grads, loss, metrics, w), None
 
-    zeros = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
-    metric_names = ("pg_loss", "entropy", "kl", "clip_frac", "ratio_mean", "approx_kl", "num_tokens", "loss")
-    metric0 = {name: jnp.zeros((), jnp.float32) for name in metric_names}
-    (grads, metrics), _ = jax.lax.scan(body, (zeros, metric0), (micro, weights))
-    grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params)
-
-    step = optim.optimizer_step(opt_state)
-    grad_norm = optax.global_norm(grads)
-    updates, new_opt_state = optimizer.update(grads, opt_state, params)
-    new_params = optax.apply_updates(params, updates)
-    ok = jnp.isfinite(grad_norm) & jnp.isfinite(metrics["loss"])
-    if cfg.skip_nonfinite:
-      keep = lambda new, old: jnp.where(ok, new, old)
-      new_params = jax.tree.map(keep, new_params, params)
-      new_opt_state = jax.tree.map(keep, new_opt_state, opt_state)
-    metrics.update(grad_norm=grad_norm, learning_rate=schedule(step), skipped=(~ok).astype(jnp.float32))
-    return new_params, new_opt_state, metrics
+    (grads, metrics), _ = jax.lax.scan(body, _zero_accumulators(params), (micro, weights))
+    return update(params, opt_state, grads, metrics)
 
   jit_kwargs = {}
   if in_shardings is not None:
@@ -205,6 +219,60 @@ def make_train_step(graphdef, cfg: TrainConfig, *, optimizer: optax.GradientTran
   if out_shardings is not None:
     jit_kwargs["out_shardings"] = out_shardings
   return jax.jit(train_step, donate_argnums=(0, 1) if donate else (), **jit_kwargs)
+
+
+class StepShardings(NamedTuple):
+  """Explicit layouts for the bucketed step's jits: params (and gradient accumulators), optimizer
+  state, batch rows (a prefix for every micro-batch array), replicated scalars."""
+  params: Any
+  opt_state: Any
+  rows: Any
+  replicated: Any
+
+
+def make_bucketed_train_step(graphdef, cfg: TrainConfig, *, optimizer: optax.GradientTransformation | None = None,
+                             shardings: StepShardings | None = None) -> Callable:
+  """`train_step(params, opt_state, micro_batches, key) -> (params, opt_state, metrics)` for micro-batches
+  of different shapes (rows packed by their real length, selfplay/sequences.py `pack_by_length`).
+
+  One call = one optimizer update, equal to make_train_step's on the same rows: each micro-batch is one
+  jitted gradient-accumulation call (compiled once per shape, so shapes should come from few buckets),
+  then one jitted update. Weights: token_mean = the micro-batch's share of all loss tokens;
+  microbatch_token_mean = 1/K. params and opt_state are donated.
+  """
+  optimizer = optimizer or make_optimizer(cfg)
+  grad_fn = _micro_grad_fn(graphdef, cfg)
+
+  def accumulate(params, grad_acc, metric_acc, mb, weight):
+    grads, (loss, metrics) = grad_fn(params, mb, weight)
+    return _accumulate(grad_acc, metric_acc, grads, loss, metrics, weight)
+
+  jit_acc, jit_update, jit_zeros = {}, {}, {}
+  if shardings is not None:
+    p, o, rows, repl = shardings
+    jit_acc = dict(in_shardings=(p, p, repl, rows, repl), out_shardings=(p, repl))
+    jit_update = dict(in_shardings=(p, o, p, repl), out_shardings=(p, o, repl))
+    jit_zeros = dict(in_shardings=(p,), out_shardings=(p, repl))
+  accumulate = jax.jit(accumulate, donate_argnums=(1, 2), **jit_acc)
+  update = jax.jit(_update_fn(cfg, optimizer), donate_argnums=(0, 1), **jit_update)
+  zeros = jax.jit(_zero_accumulators, **jit_zeros)
+
+  def train_step(params, opt_state, micro_batches, key):
+    del key  # no stochastic layers
+    if not micro_batches:
+      raise ValueError("train_step: no micro-batches")
+    # jnp.sum: micro-batches may be global arrays spread over processes (the sum is replicated).
+    tokens = [float(jnp.sum(mb["loss_mask"])) for mb in micro_batches]
+    if cfg.aggregation == "token_mean":
+      weights = [t / max(sum(tokens), 1.0) for t in tokens]
+    else:
+      weights = [1.0 / len(micro_batches)] * len(micro_batches)
+    grad_acc, metric_acc = zeros(params)
+    for mb, w in zip(micro_batches, weights):
+      grad_acc, metric_acc = accumulate(params, grad_acc, metric_acc, mb, np.float32(w))
+    return update(params, opt_state, grad_acc, metric_acc)
+
+  return train_step
 
 
 def make_logprob_fn(graphdef, *, temperature: float = 1.0, micro_batch_size: int | None = None,
@@ -224,7 +292,7 @@ def make_logprob_fn(graphdef, *, temperature: float = 1.0, micro_batch_size: int
     def one(mb):
       return losses.token_logprobs(_apply_model(graphdef, params, overrides, mb), mb["tokens"], temperature)
 
-    return _merge_micro(jax.lax.map(one, micro), micro_batch_layout)
+    return microbatch.merge_rows(jax.lax.map(one, micro), micro_batch_layout)
 
   jit_kwargs = {}
   if in_shardings is not None:

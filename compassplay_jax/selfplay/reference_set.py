@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.resources
-import json
 import pathlib
 import random
+
+from compassplay_jax import jsonl
+from compassplay_jax.errors import UserError
 
 BUILTIN_PREFIX = "builtin:"
 
 
-class ReferenceSetError(ValueError):
+class ReferenceSetError(UserError, ValueError):
   """A reference file that cannot supply problems with gold solutions."""
 
 
@@ -32,9 +34,13 @@ def _builtin_path(name: str) -> pathlib.Path:
 
 
 def resolve_path(path: str) -> pathlib.Path:
-  """A config path: builtin:NAME, absolute, relative to the working directory, or to the repo root."""
+  """A config path: builtin:NAME, data:RELPATH (in the data directory, docs/data.md), absolute, relative to
+  the working directory, or to the repo root."""
   if path.startswith(BUILTIN_PREFIX):
     return _builtin_path(path[len(BUILTIN_PREFIX):])
+  from compassplay_jax.data import paths
+  if paths.is_data_path(path):
+    return paths.resolve(path)
   candidate = pathlib.Path(path)
   if candidate.is_absolute() or candidate.exists():
     return candidate
@@ -48,13 +54,7 @@ def load_reference_set(path: str, size: int, seed: int) -> list[ReferenceProblem
   if not resolved.is_file():
     raise ReferenceSetError(f"{path}: reference file not found")
   problems = []
-  for line_no, line in enumerate(resolved.read_text().splitlines(), start=1):
-    if not line.strip():
-      continue
-    try:
-      record = json.loads(line)
-    except json.JSONDecodeError as e:
-      raise ReferenceSetError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
+  for line_no, record in jsonl.records(resolved, ReferenceSetError, where=path):
     problem, solution = record.get("problem"), record.get("solution")
     if not isinstance(problem, str) or not problem.strip():
       raise ReferenceSetError(f"{path}:{line_no}: no problem text (key 'problem')")

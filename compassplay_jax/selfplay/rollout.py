@@ -1,4 +1,4 @@
-"""What the loops share: sampling rows from the current policy, and turning rows into a train batch."""
+"""What the loops share: the Row a sampled sequence becomes, and sampling from the current policy."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,10 +7,10 @@ from typing import Sequence
 import jax
 import numpy as np
 
+from compassplay_jax.config_base import dataclass_from
 from compassplay_jax.rewards.proposer_rewards import RewardConfig
-from compassplay_jax.rl.advantages import trr_plus_plus
-from compassplay_jax.sampling import SamplingConfig, generate
-from compassplay_jax.selfplay.sequences import pack
+from compassplay_jax.sampling import SamplingConfig
+from compassplay_jax.sampling.engine import RolloutEngine, make_engine
 
 
 @dataclasses.dataclass
@@ -27,16 +27,16 @@ class Row:
 
 
 def reward_config(reward) -> RewardConfig:
-  """The proposer-reward gate values from config.reward (defaults: AZR's code, notes §4.1)."""
-  return RewardConfig(bad_format=reward.bad_format, invalid=reward.invalid, out_of_band=reward.out_of_band)
+  """The proposer-reward gate values from config.reward (defaults: AZR's code, docs/paper_settings.md §4.1)."""
+  return dataclass_from(RewardConfig, reward)
 
 
 def sampling_config(config, *, n_samples: int = 1, max_new_tokens: int | None = None,
                     stop_strings: Sequence[str] = ()) -> SamplingConfig:
-  s = config.sampling
-  return SamplingConfig(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                        max_new_tokens=max_new_tokens or s.max_new_tokens, n_samples=n_samples,
-                        stop_strings=tuple(stop_strings), micro_batch_size=s.micro_batch_size)
+  """config.sampling's SamplingConfig fields, for one call's sample count, budget and stop strings."""
+  return dataclass_from(SamplingConfig, config.sampling, n_samples=n_samples,
+                        max_new_tokens=max_new_tokens or config.sampling.max_new_tokens,
+                        stop_strings=tuple(stop_strings))
 
 
 def truncate_prompt(tokenizer, text: str, max_tokens: int) -> list[int]:
@@ -46,35 +46,33 @@ def truncate_prompt(tokenizer, text: str, max_tokens: int) -> list[int]:
   return ids[-max_tokens:]
 
 
-# Set by the run loop on a multi-device mesh (sharding.ShardedSampler): prefill/decode with explicit
-# shardings. None: the plain jitted functions.
-DEVICE_FNS = None
-
-
-def sample(graphdef, params, tokenizer, prompts: Sequence[str], config, key, *, n_samples: int = 1,
-           max_new_tokens: int | None = None, stop_strings: Sequence[str] = ()):
-  """Generation for text prompts (capped at config.sampling.max_prompt_tokens)."""
-  ids = [truncate_prompt(tokenizer, p, config.sampling.max_prompt_tokens) for p in prompts]
+def sample(graphdef, params, tokenizer, prompts: Sequence[str | Sequence[int]], config, key, *, n_samples: int = 1,
+           max_new_tokens: int | None = None, stop_strings: Sequence[str] = (), device_fns=None,
+           rollout_engine: RolloutEngine | None = None):
+  """Generation for prompts: texts (capped at config.sampling.max_prompt_tokens, keeping the end) or
+  token ids (used as they are), through a rollout engine (sampling/engine.py): `rollout_engine` when
+  given (the run's engine owns it, so a continuous engine keeps its slot cache between calls, and an
+  external engine plugs in there), else a new one as config.sampling.engine names on device_fns."""
+  ids = [truncate_prompt(tokenizer, p, config.sampling.max_prompt_tokens) if isinstance(p, str) else list(p)
+         for p in prompts]
   cfg = sampling_config(config, n_samples=n_samples, max_new_tokens=max_new_tokens, stop_strings=stop_strings)
-  return generate(graphdef, params, tokenizer, ids, cfg, key, device_fns=DEVICE_FNS)
+  engine = rollout_engine or make_rollout_engine(graphdef, tokenizer, config, device_fns)
+  engine.update_params(params)
+  return engine.generate(ids, cfg, key)
 
 
-def rows_to_batch(rows: Sequence[Row], pad_id: int, micro_batch_size: int, max_len: int | None = None):
-  """Packed arrays plus per-row advantages (TRR++ over (group, role) unless rows carry their own)."""
-  packed = pack([r.prompt_ids for r in rows], [r.completion_ids for r in rows], pad_id,
-                [r.logprobs for r in rows], row_multiple=micro_batch_size, max_len=max_len, completion_window=True,
-                completion_masks=[np.ones(len(r.completion_ids)) if r.completion_mask is None else r.completion_mask
-                                  for r in rows])
-  if all(r.advantage is not None for r in rows):
-    adv = np.asarray([r.advantage for r in rows], np.float32)
-  else:
-    counts = packed.loss_mask[:len(rows)].sum(-1)
-    adv = trr_plus_plus([r.reward for r in rows], [r.group for r in rows], [r.role for r in rows], counts)
-  advantages = np.zeros((packed.tokens.shape[0],), np.float32)
-  advantages[:len(rows)] = adv
-  batch = packed.as_dict()
-  batch["advantages"] = advantages
-  return batch
+def make_rollout_engine(graphdef, tokenizer, config, device_fns=None) -> RolloutEngine:
+  """The engine config.sampling.engine names: "static" on device_fns (any mesh) or "continuous"
+  (one device)."""
+  s = config.sampling
+  name = s.get("engine", "static")
+  if name != "continuous":
+    return make_engine(name, graphdef, tokenizer, device_fns=device_fns)
+  mesh = getattr(device_fns, "mesh", None)
+  if mesh is not None and mesh.size > 1:
+    raise ValueError("config.sampling.engine='continuous' runs on one device; use 'static' on a multi-device mesh")
+  return make_engine("continuous", graphdef, tokenizer, slots=s.micro_batch_size,
+                     chunk_tokens=s.get("chunk_tokens", 8))
 
 
 def split_key(key, n: int):

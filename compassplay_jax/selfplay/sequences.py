@@ -9,6 +9,12 @@ Two layouts:
     a target), so the train step computes LM-head logits for C + 1 positions instead of P + C.
 `old_logprobs[., t]` is the sampler's log-prob of the token in that column. Lengths are rounded up
 to buckets so a run compiles a few shapes only.
+
+`pack_by_length` packs the policy update's rows by their real length instead: rows are grouped by
+(prompt bucket, completion bucket) over the coarser TRAIN_BUCKETS, and each group is cut into
+micro-batches of the power-of-two row count that fits a token budget, so a short solver row is not
+padded to a long proposer row and each bucket pair is one compiled shape, reused across steps (a
+forward/backward compile costs as much as several passes, so shapes are kept few on purpose).
 """
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ from typing import Sequence
 import numpy as np
 
 LENGTH_BUCKETS = (32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
+TRAIN_BUCKETS = (32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192, 16384)
 
 
 def bucket(n: int, buckets: Sequence[int] = LENGTH_BUCKETS) -> int:
@@ -52,7 +59,8 @@ def _truncate(p, c, lp, m, max_len):
 def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int,
          logprobs: Sequence[Sequence[float]] | None = None, *, row_multiple: int = 1,
          max_len: int | None = None, completion_window: bool = False,
-         completion_masks: Sequence[Sequence[float]] | None = None) -> PackedBatch:
+         completion_masks: Sequence[Sequence[float]] | None = None,
+         buckets: Sequence[int] = LENGTH_BUCKETS) -> PackedBatch:
   """Padded arrays for rows prompt_i + completion_i (layouts in the module docstring). Padding rows
   have all-zero masks. `completion_masks[i]` (default all ones) marks which completion tokens are
   targets: 0 for tokens the model did not sample (e.g. a scaffold inserted between two segments)."""
@@ -66,11 +74,11 @@ def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
   n = len(rows)
   b = max(row_multiple, int(np.ceil(max(n, 1) / row_multiple) * row_multiple))
   if completion_window:
-    prompt_len = bucket(max((len(p) for p, _, _, _ in rows), default=1))
-    window = bucket(max((len(c) for _, c, _, _ in rows), default=1)) + 1
+    prompt_len = bucket(max((len(p) for p, _, _, _ in rows), default=1), buckets)
+    window = bucket(max((len(c) for _, c, _, _ in rows), default=1), buckets) + 1
     length = prompt_len + window - 1
   else:
-    length = bucket(max((len(p) + len(c) for p, c, _, _ in rows), default=1))
+    length = bucket(max((len(p) + len(c) for p, c, _, _ in rows), default=1), buckets)
     window = length
   tokens = np.full((b, length), pad_id, np.int32)
   attention = np.zeros((b, length), np.int32)
@@ -85,3 +93,38 @@ def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
     loss[r, first:first + len(c)] = m
     old[r, first:first + len(lp)] = lp
   return PackedBatch(tokens, attention, loss, old, n)
+
+
+def _pow2_at_most(n: int) -> int:
+  return 1 << (max(n, 1).bit_length() - 1)
+
+
+def pack_by_length(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int,
+                   logprobs: Sequence[Sequence[float]], completion_masks: Sequence[Sequence[float]], *,
+                   token_budget: int, max_len: int | None = None,
+                   buckets: Sequence[int] = TRAIN_BUCKETS) -> list[tuple[list[int], PackedBatch]]:
+  """Completion-window micro-batches of rows with the same (prompt, completion) length buckets.
+
+  Returns (row indices, PackedBatch) pairs covering every row once. A micro-batch holds the largest
+  power of two <= token_budget / padded row length rows (at least one), padding rows included, so its
+  shape depends on the bucket pair only.
+  """
+  if not len(prompts) == len(completions) == len(logprobs) == len(completion_masks):
+    raise ValueError(f"pack_by_length: {len(prompts)} prompts, {len(completions)} completions, "
+                     f"{len(logprobs)} logprob lists and {len(completion_masks)} masks")
+  if token_budget <= 0:
+    raise ValueError(f"pack_by_length: token_budget must be positive, got {token_budget}")
+  groups: dict[tuple[int, int], list[int]] = {}
+  for i, (p, c) in enumerate(zip(prompts, completions)):
+    p, c, _, _ = _truncate(list(p), list(c), list(logprobs[i]), list(completion_masks[i]), max_len)
+    groups.setdefault((bucket(len(p), buckets), bucket(max(len(c), 1), buckets)), []).append(i)
+  out = []
+  for (prompt_len, completion_len), idx in sorted(groups.items()):
+    rows = _pow2_at_most(token_budget // (prompt_len + completion_len))
+    for start in range(0, len(idx), rows):
+      chunk = idx[start:start + rows]
+      out.append((chunk, pack([prompts[i] for i in chunk], [completions[i] for i in chunk], pad_id,
+                              [logprobs[i] for i in chunk], row_multiple=rows, max_len=max_len,
+                              completion_window=True, completion_masks=[completion_masks[i] for i in chunk],
+                              buckets=buckets)))
+  return out

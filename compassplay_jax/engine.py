@@ -1,0 +1,311 @@
+"""The device engine of a run: every compiled device function, with its in/out shardings, in one place.
+
+Built once per run from (graphdef, mesh, settings) and passed explicitly to whoever needs a device
+function: the sampler (through sampling.engine's rollout-engine seam), the reference gradient, the
+candidate cosines, the train step (padded or length-bucketed), the frozen reference policy's
+log-probs, and greedy evaluation. On one device it is the same code on a (1, 1, 1) mesh.
+
+Layouts (sharding.py's rules): params, gradients, g_ref and optimizer moments by PARAM_RULES; batch
+rows and per-example outputs over (data, fsdp); scalars replicated. Host data enters through
+`put_batch`, which builds global arrays from what every process holds (each process hands over only
+its own devices' rows), so the same calls work on one host and across hosts.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from compassplay_jax import sharding as sh
+from compassplay_jax.models.config import ModelConfig
+from compassplay_jax.models.decoder import model_config
+from compassplay_jax.rewards import cosines as cosines_lib
+from compassplay_jax.rewards import reference as reference_lib
+from compassplay_jax.rl import train_step as train_lib
+from compassplay_jax.sampling import decode as decode_lib
+from compassplay_jax.sampling.engine import RolloutEngine
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineSettings:
+  """The static knobs of the device functions (everything else is an argument)."""
+  train: train_lib.TrainConfig = train_lib.TrainConfig()
+  reward_method: str = "fused"  # fused | direct
+  reward_chunk_size: int | None = 8  # candidates per chunk inside one cosine pass
+  reward_micro_batch: int = 8  # rows per forward/backward of g_ref and of a cosine pass
+  norm_mode: str = "auto"
+
+  def __post_init__(self):
+    if self.reward_method not in cosines_lib.METHODS:
+      raise ValueError(f"reward method {self.reward_method!r} is not one of {cosines_lib.METHODS}")
+    if self.reward_micro_batch < 1:
+      raise ValueError(f"reward micro_batch_size must be positive, got {self.reward_micro_batch}")
+
+  @classmethod
+  def from_config(cls, config) -> "EngineSettings":
+    """From a run config: config.train's TrainConfig fields plus the run length and the sampler's
+    temperature (greedy: 1), and config.reward's method, chunk and micro-batch sizes."""
+    from compassplay_jax import config_base
+    train = config_base.dataclass_from(
+        train_lib.TrainConfig, config.train, total_steps=config.steps,
+        temperature=config.sampling.temperature if config.sampling.temperature > 0 else 1.0)
+    r = config.reward
+    return cls(train=train, reward_method=r.method, reward_chunk_size=r.chunk_size,
+               reward_micro_batch=r.micro_batch_size)
+
+  def fitted(self, mesh: Mesh) -> "EngineSettings":
+    """Micro-batch sizes rounded up to multiples of data*fsdp, where that changes no result.
+
+    g_ref (a mean over sequences) and the cosines (per example) do not depend on how rows are
+    grouped, nor does a token_mean train step (padding rows carry no loss tokens). The per-micro-batch
+    mean (microbatch_token_mean) does, so there a size that does not fit the mesh stays an error.
+    """
+    train = self.train
+    mbs = train.micro_batch_size
+    if mbs is not None and mbs % sh.batch_divisor(mesh):
+      if train.aggregation != "token_mean":
+        raise sh.ShardingError(f"train.micro_batch_size={mbs} is not a multiple of data*fsdp="
+                               f"{sh.batch_divisor(mesh)} (aggregation {train.aggregation!r} depends on it)")
+      train = train.replace(micro_batch_size=sh.round_to_mesh(mbs, mesh))
+    return dataclasses.replace(self, train=train, reward_micro_batch=sh.round_to_mesh(self.reward_micro_batch, mesh))
+
+
+class Engine:
+  """Compiled device functions of one (graphdef, mesh, settings). Nothing here mutates module state."""
+
+  def __init__(self, graphdef, mesh: Mesh, settings: EngineSettings, model_cfg: ModelConfig, optimizer=None):
+    self.graphdef, self.mesh, self.model_config = graphdef, mesh, model_cfg
+    self.settings = settings.fitted(mesh)
+    self.optimizer = optimizer or train_lib.make_optimizer(self.settings.train)
+    self.rows = sh.batch_sharding(mesh, 1)  # leading dim over (data, fsdp): a prefix for whole batches
+    self.repl = sh.replicated(mesh)
+    self.sampler = ShardedSampler(mesh, model_cfg.head_dim)
+    self.rollout: RolloutEngine | None = None  # see rollout_engine()
+    self._jitted: dict[Any, Any] = {}
+
+  @classmethod
+  def build(cls, graphdef, params, mesh: Mesh, settings: EngineSettings, optimizer=None) -> "Engine":
+    """From a split model; `params` may be abstract (only their config is read)."""
+    return cls(graphdef, mesh, settings, model_config(graphdef, params), optimizer)
+
+  # ---- layouts ------------------------------------------------------------------------------------
+
+  @property
+  def batch_divisor(self) -> int:
+    return sh.batch_divisor(self.mesh)
+
+  def param_shardings(self, params):
+    return sh.tree_shardings(params, self.mesh, self.model_config.head_dim)
+
+  def opt_shardings(self, opt_state):
+    return sh.tree_shardings(opt_state, self.mesh, self.model_config.head_dim, strict=False)
+
+  def place_params(self, params):
+    """params on the mesh by the rules (a no-op for arrays already laid out so)."""
+    return jax.device_put(params, self.param_shardings(params))
+
+  def init_train_state(self, params):
+    """(params, opt_state) on the mesh: fp32 masters when configured, optimizer state sharded like them."""
+    params = self.place_params(params)
+    params, _ = train_lib.init_train_state(params, self.settings.train, optimizer=_NoState())
+    abstract = jax.eval_shape(self.optimizer.init, params)
+    opt_state = jax.jit(self.optimizer.init, out_shardings=self.opt_shardings(abstract))(params)
+    return params, opt_state
+
+  def put_batch(self, host_batch):
+    """Global arrays with rows over (data, fsdp) from a host batch every process holds whole."""
+    return sh.shard_batch(host_batch, self.mesh)
+
+  def pad_rows(self, host_batch, pad_values: dict[str, int] | None = None):
+    """Host batch with rows padded to a multiple of data*fsdp (padding rows: no loss tokens)."""
+    pad_values = pad_values or {}
+    b = len(next(iter(host_batch.values())))
+    extra = sh.round_to_mesh(b, self.mesh) - b
+    if extra == 0:
+      return host_batch
+    return {k: np.pad(np.asarray(v), [(0, extra)] + [(0, 0)] * (np.ndim(v) - 1), constant_values=pad_values.get(k, 0))
+            for k, v in host_batch.items()}
+
+  # ---- device functions ---------------------------------------------------------------------------
+
+  def _cached(self, name, build):
+    if name not in self._jitted:
+      self._jitted[name] = build()
+    return self._jitted[name]
+
+  def reference_gradient(self, params, tokens, loss_mask, attention_mask):
+    """g_ref at `params` over a reference set (rows: a multiple of data*fsdp), stored like the params."""
+    mb = min(self.settings.reward_micro_batch, sh.round_to_mesh(tokens.shape[0], self.mesh))
+
+    def build():
+      p_sh = self.param_shardings(params)
+      fn = lambda p, t, lm, am: reference_lib.reference_gradient(self.graphdef, p, t, lm, am, micro_batch=mb)
+      return jax.jit(fn, in_shardings=(p_sh, self.rows, self.rows, self.rows), out_shardings=p_sh)
+    return self._cached(("reference", mb), build)(params, tokens, loss_mask, attention_mask)
+
+  def cosines(self, params, g_ref, tokens, loss_mask, attention_mask) -> cosines_lib.CosineResult:
+    """Cosines of each row's loss gradient with g_ref; per-example outputs over (data, fsdp)."""
+    s = self.settings
+
+    def build():
+      p_sh = self.param_shardings(params)
+      fn = lambda p, g, t, lm, am: cosines_lib.gradient_cosines(
+          self.graphdef, p, g, t, lm, am, method=s.reward_method, chunk_size=s.reward_chunk_size,
+          norm_mode=s.norm_mode)
+      out = cosines_lib.CosineResult(cosines=self.rows, inner_products=self.rows, sq_norms=self.rows,
+                                     ref_sq_norm=self.repl, has_loss_tokens=self.rows)
+      # Nothing donated: outputs are (N,) vectors, and params / g_ref live on.
+      return jax.jit(fn, in_shardings=(p_sh, p_sh, self.rows, self.rows, self.rows), out_shardings=out)
+    return self._cached("cosines", build)(params, g_ref, tokens, loss_mask, attention_mask)
+
+  def train_step(self, params, opt_state, batch, key):
+    """One optimizer update on a padded batch (rows: a multiple of the train micro-batch); donates
+    params and opt_state."""
+    def build():
+      p_sh, o_sh = self.param_shardings(params), self.opt_shardings(opt_state)
+      return train_lib.make_train_step(self.graphdef, self.settings.train, optimizer=self.optimizer, donate=True,
+                                       in_shardings=(p_sh, o_sh, self.rows, self.repl),
+                                       out_shardings=(p_sh, o_sh, self.repl))
+    return self._cached("train", build)(params, opt_state, batch, key)
+
+  def bucketed_train_step(self, params, opt_state, micro_batches: Sequence[dict], key, ref_params=None):
+    """One optimizer update over micro-batches of different lengths (rl.train_step's bucketed step).
+
+    Each host micro-batch is padded to a multiple of data*fsdp rows (no loss tokens), then placed;
+    with ref_params, the reference policy's log-probs join it (with_reference)."""
+    def build():
+      return train_lib.make_bucketed_train_step(
+          self.graphdef, self.settings.train, optimizer=self.optimizer,
+          shardings=train_lib.StepShardings(self.param_shardings(params), self.opt_shardings(opt_state),
+                                            self.rows, self.repl))
+    placed = [self.put_batch(self.pad_rows(mb)) for mb in micro_batches]
+    if ref_params is not None:
+      placed = [self.with_reference(ref_params, mb) for mb in placed]
+    return self._cached("bucketed", build)(params, opt_state, placed, key)
+
+  def logprobs(self, params, tokens, attention_mask, micro_batch_size: int | None = None):
+    """(B, T) token log-probs in the loss's alignment, `micro_batch_size` rows at a time (None: all)."""
+    t = self.settings.train
+
+    def build():
+      return train_lib.make_logprob_fn(self.graphdef, temperature=t.temperature, micro_batch_size=micro_batch_size,
+                                       compute_dtype=t.compute_dtype,
+                                       in_shardings=(self.param_shardings(params), self.rows, self.rows),
+                                       out_shardings=self.rows)
+    return self._cached(("logprobs", micro_batch_size), build)(params, tokens, attention_mask)
+
+  def with_reference(self, ref_params, batch, micro_batch_size: int | None = None):
+    """A placed batch plus `ref_logprobs`: the frozen reference policy's log-probs over the loss
+    window (the KL term of the loss, train.kl_coef)."""
+    window = batch["loss_mask"].shape[1]
+    lp = self.logprobs(ref_params, batch["tokens"], batch["attention_mask"], micro_batch_size)
+    return {**batch, "ref_logprobs": lp[:, lp.shape[1] - window:]}
+
+  def rollout_engine(self, tokenizer, sampling) -> RolloutEngine:
+    """The run's rollout engine (sampling/engine.py), built on first use and kept: "static" runs
+    prefill/decode through this mesh, "continuous" (one device) keeps its slot cache between calls.
+    `sampling` is config.sampling. To plug in an external engine (vLLM, ...), assign `rollout`."""
+    if self.rollout is None:
+      from compassplay_jax.sampling.engine import make_engine
+      name = sampling.get("engine", "static")
+      if name == "continuous":
+        if self.mesh.size > 1:
+          raise ValueError("config.sampling.engine='continuous' runs on one device; use 'static' on a "
+                           "multi-device mesh")
+        self.rollout = make_engine(name, self.graphdef, tokenizer, slots=sampling.micro_batch_size,
+                                   chunk_tokens=sampling.get("chunk_tokens", 8))
+      else:
+        self.rollout = make_engine(name, self.graphdef, tokenizer, device_fns=self.sampler)
+    return self.rollout
+
+  def greedy_texts(self, params, tokenizer, prompts: Sequence[str], max_new_tokens: int,
+                   micro_batch_size: int) -> list[str]:
+    """Greedy completions (evaluation)."""
+    from compassplay_jax.sampling import SamplingConfig, generate
+    config = SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens,
+                            micro_batch_size=sh.round_to_mesh(micro_batch_size, self.mesh))
+    return generate(self.graphdef, params, tokenizer, list(prompts), config, 0, device_fns=self.sampler).texts
+
+
+class _NoState:
+  """An optimizer stand-in whose init allocates nothing (init_train_state's cast only)."""
+
+  def init(self, params):
+    return None
+
+
+# ---- the sampler's device functions ---------------------------------------------------------------
+
+_HOST_READ = ("step", "tokens", "logprobs", "lengths", "done", "hit_eos")  # DecodeState fields the host reads
+
+
+def decode_state_shardings(mesh: Mesh, state):
+  """sharding.decode_state_shardings, except that across processes the small per-row fields the
+  host reads every chunk (tokens, log-probs, lengths, flags) are replicated: a process can only read
+  arrays it holds whole. The KV cache stays split (rows over (data, fsdp), kv heads over tensor)."""
+  out = sh.decode_state_shardings(mesh, state)
+  if jax.process_count() == 1:
+    return out
+  return out._replace(**{name: sh.replicated(mesh) for name in _HOST_READ})
+
+
+class ShardedSampler:
+  """sampling.decode's prefill and decode, jitted with explicit in/out shardings on `mesh`.
+
+  Same call signatures as `decode.prefill` / `decode.decode` (graphdef first, sampler knobs as
+  keywords), so it is the `device_fns` of sampling.generate. One jit per (static knobs, input
+  shapes); the decode state is donated call to call so the KV cache is updated in place.
+  """
+
+  def __init__(self, mesh: Mesh, head_dim: int | None = None):
+    self.mesh, self.head_dim = mesh, head_dim
+    self._cache = {}
+    # The undecorated functions: jitted here with shardings instead of decode's own jit.
+    self._prefill, self._decode = decode_lib.prefill.__wrapped__, decode_lib.decode.__wrapped__
+
+  def _rows(self, shape):
+    return NamedSharding(self.mesh, sh.fit_spec(P(sh.BATCH_AXES), shape, self.mesh))
+
+  def _put(self, x, sharding):
+    """Across processes, host inputs become global arrays (each process gives its devices' slices);
+    on one process jit places them itself."""
+    if jax.process_count() == 1 or (isinstance(x, jax.Array) and not x.is_fully_addressable):
+      return x
+    if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+      data = sh.put_global(np.asarray(jax.random.key_data(x)), sharding)
+      return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
+    return sh.put_global(np.asarray(x), sharding)
+
+  def prefill(self, graphdef, params, input_ids, prompt_mask, prompt_index, row_live, key, **static):
+    args = (params, input_ids, prompt_mask, prompt_index, row_live, key)
+    sig = ("prefill", graphdef, tuple(sorted(static.items())), tuple(_shape(x) for x in jax.tree.leaves(args[1:])))
+    if sig not in self._cache:
+      fn = lambda p, *rest: self._prefill(graphdef, p, *rest, **static)
+      p_sh = sh.tree_shardings(params, self.mesh, self.head_dim)
+      state = jax.eval_shape(fn, *args)
+      in_sh = (p_sh,) + tuple(self._rows(_shape(x)) for x in args[1:5]) + (sh.replicated(self.mesh),)
+      self._cache[sig] = (jax.jit(fn, in_shardings=in_sh, out_shardings=decode_state_shardings(self.mesh, state)),
+                          in_sh)
+    fn, in_sh = self._cache[sig]
+    host = tuple(self._put(x, s) for x, s in zip(args[1:5], in_sh[1:5]))
+    return fn(params, *host, self._put(key, in_sh[5]))
+
+  def decode(self, graphdef, params, state, stop_at, host_done, **static):
+    sig = ("decode", graphdef, tuple(sorted(static.items())),
+           tuple(_shape(x) for x in jax.tree.leaves((state, host_done))))
+    if sig not in self._cache:
+      fn = lambda p, st, stop, done: self._decode(graphdef, p, st, stop, done, **static)
+      p_sh = sh.tree_shardings(params, self.mesh, self.head_dim)
+      s_sh = decode_state_shardings(self.mesh, state)
+      in_sh = (p_sh, s_sh, sh.replicated(self.mesh), self._rows(_shape(host_done)))
+      self._cache[sig] = (jax.jit(fn, in_shardings=in_sh, out_shardings=s_sh, donate_argnums=(1,)), in_sh)
+    fn, in_sh = self._cache[sig]
+    return fn(params, state, self._put(stop_at, in_sh[2]), self._put(host_done, in_sh[3]))
+
+
+def _shape(x) -> tuple[int, ...]:
+  return tuple(getattr(x, "shape", ()))

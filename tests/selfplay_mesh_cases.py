@@ -1,0 +1,165 @@
+"""One full coding step of the tiny config through the engine: 8 devices == 1 device.
+
+Run by tests/test_selfplay_mesh.py in a subprocess with 8 simulated CPU devices (the device count is
+fixed before jax is imported). For meshes (8,1,1), (1,8,1), (2,2,2), (1,2,4), one step (propose ->
+verify -> reward -> advantages -> update, selfplay/step.py) gives the same cosines, rewards and
+updated params as the same step on one device, and g_ref, the params after the update and the
+sampler's KV cache carry the shardings the rules name.
+
+The proposer and solver texts are scripted (a random tiny model writes no valid programs): the
+sampler still runs the real engine sampler on every request, then answers with valid one-line
+programs and solver answers that are right for even samples only, so every proposal is valid and in
+band (solve rate 1/2) and its cosine pays it.
+"""
+import os
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from flax import nnx  # noqa: E402
+
+from compassplay_jax import sharding as sh  # noqa: E402
+from compassplay_jax.engine import Engine, EngineSettings  # noqa: E402
+from compassplay_jax.model_setup import build_model  # noqa: E402
+from compassplay_jax.sampling.generate import GenerationResult  # noqa: E402
+from compassplay_jax.selfplay import alignment, rollout  # noqa: E402
+from compassplay_jax.selfplay import step as step_lib  # noqa: E402
+from compassplay_jax.selfplay.coding import CodingSelfPlay  # noqa: E402
+from compassplay_jax.verifiers.sandbox import SandboxPool  # noqa: E402
+from tests.test_selfplay import _config  # noqa: E402
+
+if jax.device_count() != 8:
+  pytest.skip(f"needs 8 devices, have {jax.device_count()}", allow_module_level=True)
+
+MESHES = [(8, 1, 1), (1, 8, 1), (2, 2, 2), (1, 2, 4)]
+TOL = dict(rtol=1e-5, atol=1e-5)
+PROGRAMS = {"x * 2": "3", "x + 5": "4", "x - 7": "9", "x * x": "2"}  # one-line body -> its input
+
+
+class ScriptedCoder:
+  """rollout.sample's signature. Runs the engine's real sampler on the request, then answers from a
+  script: proposals cycle through PROGRAMS; a solver's even samples are right, odd ones wrong."""
+
+  def __init__(self):
+    self.calls = 0
+
+  def answer(self, prompt, sample, proposal_index):
+    if not isinstance(prompt, str):  # the proposal's second segment: its input
+      body = _text(prompt).rsplit("return ", 1)[1].split("\n")[0]  # this proposal's own program
+      return PROGRAMS[body] + "\n"
+    if prompt.endswith("return "):  # a proposal's first segment: the function body
+      return list(PROGRAMS)[proposal_index % len(PROGRAMS)] + "\n"
+    task = prompt[prompt.rindex("```python\n"):]
+    body = next((b for b in PROGRAMS if f"return {b}\n" in task), None)
+    if body is None:  # a seed task in the solver batch
+      return "0\n"
+    x = int(PROGRAMS[body])
+    if prompt.endswith("```output\n"):
+      return f"{eval(body)}\n" if sample % 2 == 0 else "-1000\n"
+    return f"{x}\n" if sample % 2 == 0 else "1000\n"
+
+  def __call__(self, graphdef, params, tokenizer, prompts, config, key, *, n_samples=1, device_fns=None, **kwargs):
+    real = rollout.sample(graphdef, params, tokenizer, prompts, config, key, n_samples=n_samples,
+                          device_fns=device_fns, **kwargs)
+    texts = [self.answer(p, s, i) for i, p in enumerate(prompts) for s in range(n_samples)]
+    tokens = [np.asarray(tokenizer.encode(t, add_special_tokens=False), np.int32) for t in texts]
+    self.calls += 1
+    return GenerationResult(prompt_index=real.prompt_index, sample_index=real.sample_index,
+                            prompt_tokens=real.prompt_tokens, tokens=tokens,
+                            logprobs=[np.full(len(t), -1.0, np.float32) for t in tokens],
+                            lengths=np.asarray([len(t) for t in tokens]), finish_reasons=["stop"] * len(texts),
+                            texts=texts)
+
+
+_TOKENIZER = []
+
+
+def _text(ids):
+  return _TOKENIZER[0].decode(list(ids))
+
+
+@pytest.fixture(scope="module")
+def setup():
+  config = _config("coding:tiny")
+  model, tokenizer = build_model(config)
+  _TOKENIZER.append(tokenizer)
+  graphdef, params = nnx.split(model)
+  pool = SandboxPool(num_workers=2)
+  yield config, tokenizer, graphdef, params, pool
+  pool.close()
+
+
+def one_step(config, tokenizer, graphdef, params, pool, mesh):
+  """The run loop's step on `mesh`: engine, sharded params, collect, update."""
+  engine = Engine.build(graphdef, params, mesh, EngineSettings.from_config(config))
+  p, o = engine.init_train_state(jax.tree.map(lambda x: np.asarray(x), params))
+  setting = CodingSelfPlay(config, tokenizer, pool, engine=engine, sampler=ScriptedCoder())
+  key = jax.random.key(7)
+  k_collect, k_train = jax.random.split(key)
+  rows, metrics = setting.collect(graphdef, p, 1, k_collect)
+  g_ref = alignment.reference_gradient(engine, p, setting.reference, tokenizer.pad_token_id)
+  max_len = config.sampling.max_prompt_tokens + config.sampling.max_new_tokens
+  new_p, _, train_metrics = step_lib.update(engine, p, o, [rows], k_train, pad_id=tokenizer.pad_token_id,
+                                            max_len=max_len)
+  return engine, metrics, g_ref, new_p, train_metrics
+
+
+_ONE = {}
+
+
+def single_device(setup):
+  if not _ONE:
+    config, tokenizer, graphdef, params, pool = setup
+    _ONE["result"] = one_step(config, tokenizer, graphdef, params, pool, sh.make_mesh((1, 1, 1), jax.devices()[:1]))
+  return _ONE["result"]
+
+
+def assert_rule_shardings(tree, mesh, head_dim):
+  for key_path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+    path = sh.path_str(key_path)
+    assert leaf.sharding.spec == sh.param_spec(path, leaf.shape, mesh, head_dim), path
+    assert leaf.sharding.mesh.shape == mesh.shape, path
+
+
+@pytest.mark.parametrize("shape", MESHES, ids=["dp8", "fsdp8", "dp2fsdp2tp2", "fsdp2tp4"])
+def test_full_coding_step_matches_one_device(setup, shape):
+  config, tokenizer, graphdef, params, pool = setup
+  _, want, want_g, want_p, want_train = single_device(setup)
+  # Every proposal valid and in band, each paid by its cosine: the step exercised the whole chain.
+  assert want["cos_paid_count"] == len(want["candidates"]) > 0, want["candidates"]
+
+  mesh = sh.make_mesh(shape)
+  engine, got, g_ref, new_p, got_train = one_step(config, tokenizer, graphdef, params, pool, mesh)
+  for a, b in zip(got["candidates"], want["candidates"]):
+    assert (a["valid"], a["in_band"], a["paid_by"]) == (b["valid"], b["in_band"], b["paid_by"])
+    np.testing.assert_allclose(a["cosine"], b["cosine"], **TOL)
+    np.testing.assert_allclose(a["reward"], b["reward"], **TOL)
+  for name in ("reward/proposer", "reward/solver", "cos_valid_mean"):
+    np.testing.assert_allclose(got[name], want[name], **TOL)
+  np.testing.assert_allclose(got_train["train/loss"], want_train["train/loss"], **TOL)
+  for a, b in zip(jax.tree.leaves(new_p), jax.tree.leaves(want_p)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), **TOL)
+  for a, b in zip(jax.tree.leaves(g_ref), jax.tree.leaves(want_g)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), **TOL)
+
+  head_dim = engine.model_config.head_dim
+  assert_rule_shardings(g_ref, mesh, head_dim)
+  assert_rule_shardings(new_p, mesh, head_dim)
+  # The sampler's KV cache: rows over (data, fsdp), kv heads over tensor where they divide it.
+  rows = 8
+  state = engine.sampler.prefill(graphdef, new_p, np.ones((rows, 8), np.int32), np.ones((rows, 8), np.int32),
+                                 np.arange(rows, dtype=np.int32), np.ones((rows,), bool), jax.random.key(0),
+                                 n_samples=1, max_new_tokens=4, sampler=_greedy(), eos_ids=(0,), pad_id=0)
+  for layer in state.cache:
+    for cache in layer:
+      want_spec = sh.fit_spec(jax.sharding.PartitionSpec(sh.BATCH_AXES, None, "tensor"), cache.shape, mesh)
+      assert cache.sharding.spec == want_spec, (cache.shape, cache.sharding.spec, want_spec)
+      assert cache.sharding.mesh.shape == mesh.shape
+
+
+def _greedy():
+  from compassplay_jax.sampling.config import SamplingConfig
+  return SamplingConfig(temperature=0.0).sampler

@@ -1,0 +1,1 @@
+"""Experiment reports: the paper's figures and tables from run directories (docs/experiments.md)."""

@@ -1,0 +1,223 @@
+"""The paper's tables from runs grouped by arm: numbers (pure, from reports.stats) and their markdown/JSON.
+
+Every table builder takes {arm: [runs of that arm, one per seed]} and returns a Table, or raises
+Unsupported with the reason the runs cannot give it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+
+from compassplay_jax.evals.benchmarks import BENCHMARKS
+from compassplay_jax.reports import stats
+from compassplay_jax.reports.runs import DOMAIN_MEANS
+
+SOLVED_KEY = "coverage/solved"  # Lean: targets proved so far (cumulative)
+COVERAGE_KEY = "coverage"  # Lean: fraction of targets proved so far
+COPY_KEY = "copy_rate"  # in-band conjectures (Lean) / valid proposals (coding) with token-Jaccard > 0.8
+COST_KEY = "cost/accelerator_s_total"  # wall time x devices, summed over steps
+
+
+class Unsupported(Exception):
+  """The runs' metrics cannot give this table or figure; the message says why."""
+
+
+@dataclasses.dataclass
+class Column:
+  key: str
+  label: str
+  digits: int = 3
+  gain: bool = True  # whether gain rows cover this column
+
+
+@dataclasses.dataclass
+class Table:
+  name: str  # file stem
+  title: str
+  columns: list[Column]
+  rows: list[dict]  # {"arm", "seeds", <column key>: {"mean", "sd", "values"}}
+  baseline: str | None = None
+  gains: list[dict] = dataclasses.field(default_factory=list)  # {"arm", <column key>: arm mean - baseline mean}
+  notes: list[str] = dataclasses.field(default_factory=list)
+
+
+def _cell(values) -> dict:
+  mean, sd = stats.mean_sd(values)
+  return {"mean": mean, "sd": sd, "values": [float(v) for v in values]}
+
+
+def _fill(table: Table, per_seed: dict[str, dict[str, list[float]]], baseline: str | None) -> Table:
+  """Rows (mean ± s.d. over seeds) and gain rows against `baseline` from {arm: {column: per-seed values}}."""
+  for arm, columns in per_seed.items():
+    row = {"arm": arm, "seeds": max((len(v) for v in columns.values()), default=0)}
+    row.update({c.key: _cell(columns[c.key]) for c in table.columns if c.key in columns})
+    table.rows.append(row)
+  gain_columns = [c for c in table.columns if c.gain]
+  if baseline is None or not gain_columns:
+    return table
+  if baseline not in per_seed:
+    table.notes.append(f"no gain rows: baseline {baseline!r} is not among the arms ({', '.join(per_seed)})")
+    return table
+  table.baseline = baseline
+  by_column = {c.key: stats.gain_rows({arm: cols.get(c.key, []) for arm, cols in per_seed.items()}, baseline)
+               for c in gain_columns}
+  for arm in per_seed:
+    if arm != baseline:
+      table.gains.append({"arm": arm, **{key: gains[arm] for key, gains in by_column.items()}})
+  return table
+
+
+def accuracy_table(arms, baseline: str | None = "difficulty") -> Table:
+  """Accuracy (%) per benchmark and the in-domain / out-of-domain means, each run's number the mean of
+  its evaluations in the final quarter of its steps; mean ± s.d. over seeds; gain over the baseline."""
+  runs = [r for rs in arms.values() for r in rs]
+  present = {k for r in runs for accs in r.accuracy.values() for k in accs}
+  keys = [b for b in BENCHMARKS if b in present] + [k for k in DOMAIN_MEANS.values() if k in present]
+  if not keys:
+    raise Unsupported("no evaluation results in these runs (eval/step_*/results.json or eval/* metrics; "
+                      "evaluation runs when eval.every_steps > 0)")
+  labels = {**{b: BENCHMARKS[b].display_name for b in BENCHMARKS}, "in_domain_mean": "in-domain mean",
+            "out_of_domain_mean": "out-of-domain mean"}
+  table = Table("accuracy", "Accuracy (%), mean over the final quarter of steps; mean ± s.d. over seeds",
+                [Column(k, labels[k], digits=1) for k in keys], [])
+  per_seed = {}
+  for arm, arm_runs in arms.items():
+    per_seed[arm] = {k: [100 * stats.final_quarter_mean(*r.accuracy_series(k), last_step=r.last_step)
+                         for r in arm_runs] for k in keys}
+  windows = sorted({(math.ceil((1 - stats.FINAL_FRACTION) * r.last_step), r.last_step) for r in runs})
+  table.notes.append("final-quarter window (steps): " + ", ".join(f"{a}–{b}" for a, b in windows))
+  return _fill(table, per_seed, baseline)
+
+
+def _common_last_step(runs) -> int:
+  return min(r.last_step for r in runs)
+
+
+def ablation_table(arms, baseline: str | None = "difficulty", copy_at: int | None = None,
+                   window: tuple[float, float] | None = None) -> Table:
+  """The cos × novelty ablation: copy rate at one iteration and solved problems averaged over an
+  iteration window, with the gain in solved problems over the baseline."""
+  runs = [r for rs in arms.values() for r in rs]
+  has_copy = any(r.series(COPY_KEY)[0].size for r in runs)
+  has_solved = any(r.series(SOLVED_KEY)[0].size for r in runs)
+  if not has_copy and not has_solved:
+    raise Unsupported(f"neither {COPY_KEY!r} nor {SOLVED_KEY!r} is in these runs' metrics")
+  last = _common_last_step(runs)
+  copy_at = last if copy_at is None else copy_at
+  start, end = window if window is not None else (math.ceil(0.75 * last), last)
+  columns, notes = [], []
+  if has_copy:
+    columns.append(Column(COPY_KEY, f"copy rate @ it {copy_at}", digits=3, gain=False))
+  else:
+    notes.append(f"copy rate: not supported by these runs: no {COPY_KEY!r} metric")
+  if has_solved:
+    columns.append(Column(SOLVED_KEY, f"solved problems, mean over it {start:g}–{end:g}", digits=2))
+  else:
+    notes.append(f"solved problems: not supported by these runs: no {SOLVED_KEY!r} metric (Lean runs log it)")
+  table = Table("ablation", "Cos × novelty ablation; mean ± s.d. over seeds", columns, [], notes=notes)
+  per_seed = {}
+  for arm, arm_runs in arms.items():
+    per_seed[arm] = {}
+    if has_copy:
+      per_seed[arm][COPY_KEY] = [stats.value_at(*r.series(COPY_KEY), copy_at) for r in arm_runs]
+    if has_solved:
+      per_seed[arm][SOLVED_KEY] = [stats.window_mean(*r.series(SOLVED_KEY), start, end) for r in arm_runs]
+  return _fill(table, per_seed, baseline)
+
+
+def reach_table(arms, baseline: str | None = "difficulty") -> Table:
+  """Final cumulative coverage, and the iterations each arm needs to reach the baseline's final
+  coverage (the baseline's seed mean at its last iteration)."""
+  runs = [r for rs in arms.values() for r in rs]
+  if not any(r.series(COVERAGE_KEY)[0].size for r in runs):
+    raise Unsupported(f"no {COVERAGE_KEY!r} metric in these runs (Lean runs log it)")
+  if baseline is None or baseline not in arms:
+    raise Unsupported(f"iterations to reach the baseline's final coverage need the baseline arm {baseline!r} "
+                      f"(arms: {', '.join(arms)})")
+  finals = {arm: [r.series(COVERAGE_KEY)[1][-1] if r.series(COVERAGE_KEY)[1].size else math.nan for r in rs]
+            for arm, rs in arms.items()}
+  target = stats.mean_sd(finals[baseline])[0]
+  table = Table("iterations_to_reach", f"Cumulative coverage and iterations to reach {baseline}'s final coverage "
+                f"({target:.4f}); mean ± s.d. over seeds that reach it",
+                [Column("final_coverage", "final coverage", digits=4, gain=True),
+                 Column("iterations_to_reach", "iterations to reach", digits=1, gain=False),
+                 Column("reached", "seeds reaching", gain=False)], [])
+  per_seed = {}
+  for arm, arm_runs in arms.items():
+    reached = [stats.iterations_to_reach(*r.series(COVERAGE_KEY), target) for r in arm_runs]
+    per_seed[arm] = {"final_coverage": finals[arm], "iterations_to_reach": [x for x in reached if x is not None]}
+  _fill(table, per_seed, baseline)
+  for row, arm in zip(table.rows, arms):
+    hits = len(per_seed[arm]["iterations_to_reach"])
+    row["reached"] = f"{hits}/{len(arms[arm])}"
+    row["seeds"] = len(arms[arm])
+  table.notes.append(f"target: {baseline}'s final coverage, mean over its {len(arms[baseline])} seed(s) = {target:.6g}")
+  return table
+
+
+def cost_table(arms) -> Table:
+  """Steps reached and accelerator-hours (wall time × devices, summed over steps) per arm."""
+  runs = [r for rs in arms.values() for r in rs]
+  if not any(r.series(COST_KEY)[0].size for r in runs):
+    raise Unsupported(f"no {COST_KEY!r} metric in these runs (runs from before it was recorded)")
+  table = Table("cost", "Steps and accelerator-hours (wall time × devices); mean ± s.d. over seeds",
+                [Column("steps", "steps reached", digits=1, gain=False),
+                 Column("accelerator_hours", "accelerator-hours", digits=4, gain=False)], [])
+  per_seed = {arm: {"steps": [float(r.last_step) for r in rs],
+                    "accelerator_hours": [r.series(COST_KEY)[1][-1] / 3600 if r.series(COST_KEY)[1].size else math.nan
+                                          for r in rs]}
+              for arm, rs in arms.items()}
+  return _fill(table, per_seed, None)
+
+
+# ---- rendering -------------------------------------------------------------------------------------
+
+def _number(value, digits: int) -> str:
+  return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def _mean_sd_text(cell, digits: int) -> str:
+  if not isinstance(cell, dict):
+    return str(cell)
+  mean, sd = cell["mean"], cell["sd"]
+  if math.isnan(mean):
+    return "–"
+  return _number(mean, digits) + ("" if math.isnan(sd) else f" ± {_number(sd, digits)}")
+
+
+def to_markdown(table: Table) -> str:
+  header = ["arm", "seeds"] + [c.label for c in table.columns]
+  lines = [f"## {table.title}", "", "| " + " | ".join(header) + " |",
+           "|---|---:|" + "---:|" * len(table.columns)]
+  for row in table.rows:
+    cells = [row["arm"], str(row["seeds"])] + [_mean_sd_text(row.get(c.key, {"mean": math.nan, "sd": math.nan}),
+                                                              c.digits) for c in table.columns]
+    lines.append("| " + " | ".join(cells) + " |")
+  for gain in table.gains:
+    cells = [f"Δ {gain['arm']} − {table.baseline}", ""]
+    for c in table.columns:
+      value = gain.get(c.key)
+      cells.append("" if value is None else ("–" if math.isnan(value) else f"{value:+.{c.digits}f}"))
+    lines.append("| " + " | ".join(cells) + " |")
+  lines += [""] + [f"- {note}" for note in table.notes]
+  return "\n".join(lines).rstrip() + "\n"
+
+
+def _json_safe(value):
+  if isinstance(value, float) and math.isnan(value):
+    return None
+  if isinstance(value, dict):
+    return {k: _json_safe(v) for k, v in value.items()}
+  if isinstance(value, list):
+    return [_json_safe(v) for v in value]
+  if isinstance(value, np.generic):
+    return _json_safe(value.item())
+  return value
+
+
+def to_json(table: Table) -> str:
+  """The table as JSON (NaN as null): columns, rows with per-seed values, gain rows, notes."""
+  return json.dumps(_json_safe(dataclasses.asdict(table)), indent=2) + "\n"

@@ -1,0 +1,215 @@
+"""The report command on synthetic run directories with known answers (coding with evaluations, Lean
+with coverage), its unsupported lines, and its one-line errors."""
+import json
+import math
+import pathlib
+import statistics
+
+import pytest
+
+from compassplay_jax import report
+from compassplay_jax.evals import report as eval_report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _write_run(workdir: pathlib.Path, setting, reward, seed, records, evals=None):
+  workdir.mkdir(parents=True)
+  (workdir / "config.json").write_text(json.dumps({"setting": setting, "seed": seed, "reward": {"name": reward}}))
+  (workdir / "metrics.jsonl").write_text("".join(json.dumps({"step": s, **r}) + "\n" for s, r in records))
+  for step, correct in (evals or {}).items():
+    eval_report.write_step_results(eval_report.step_dir(workdir, step), eval_report.summarize(correct, step), [])
+
+
+def _coding_accuracy(arm, seed, step):
+  """Correct answers out of 4 (CRUXEval-I), 5 (CRUXEval-O), 2 (MATH500): varies by arm, seed and step."""
+  bonus = 1 if arm == "compassplay_cos" else 0
+  i = min(4, (step // 5 + seed + bonus) % 5)
+  o = min(5, (step // 5 + 2 * seed) % 6)
+  m = (step // 5 + seed + bonus) % 3 == 0
+  return {"cruxeval_i": [True] * i + [False] * (4 - i), "cruxeval_o": [True] * o + [False] * (5 - o),
+          "math500": [m, False]}
+
+
+@pytest.fixture(scope="module")
+def coding_runs(tmp_path_factory):
+  root = tmp_path_factory.mktemp("coding")
+  for arm in ("difficulty", "compassplay_cos"):
+    for seed in (0, 1, 2):
+      records = [(s, {"copy_rate": ((s + seed) % 4) / 4, "cost/accelerator_s": 36.0,
+                      "cost/accelerator_s_total": 36.0 * s}) for s in range(1, 21)]
+      evals = {s: _coding_accuracy(arm, seed, s) for s in range(5, 21, 5)}
+      _write_run(root / arm / f"seed_{seed}", "coding", arm, seed, records, evals)
+  return root
+
+
+def _coverage(arm, seed, it):
+  """Cumulative solved targets (of 10) at iteration `it`: cos x novelty proves faster."""
+  rate = 2 if arm == "compassplay_cos_novelty" else 1
+  return min(10, (it * rate + seed) // 2)
+
+
+@pytest.fixture(scope="module")
+def lean_runs(tmp_path_factory):
+  root = tmp_path_factory.mktemp("lean")
+  for arm in ("difficulty", "compassplay_cos_novelty"):
+    for seed in (0, 1):
+      records = [(it, {"coverage": _coverage(arm, seed, it) / 10, "coverage/solved": _coverage(arm, seed, it),
+                       "copy_rate": 0.5 / it if arm == "difficulty" else 0.1 * seed,
+                       "cost/accelerator_s": 7200.0, "cost/accelerator_s_total": 7200.0 * it})
+                 for it in range(1, 9)]
+      _write_run(root / arm / f"seed_{seed}", "lean", arm, seed, records)
+  return root
+
+
+def _table(out, setting, name):
+  return json.loads((out / setting / f"{name}.json").read_text())
+
+
+def _row(table, arm):
+  return next(r for r in table["rows"] if r["arm"] == arm)
+
+
+def test_accuracy_table_is_the_final_quarter_mean_with_seed_sd_and_gain(coding_runs, tmp_path):
+  out = tmp_path / "out"
+  report.write_report([coding_runs], out, baseline="difficulty", log=lambda _: None)
+  table = _table(out, "coding", "accuracy")
+  assert [c["key"] for c in table["columns"]] == ["cruxeval_i", "cruxeval_o", "math500", "in_domain_mean",
+                                                  "out_of_domain_mean"]
+  totals = {"cruxeval_i": 4, "cruxeval_o": 5, "math500": 2}
+  hand = {}
+  for arm in ("difficulty", "compassplay_cos"):
+    hand[arm] = {}
+    for key in totals:  # last step 20: the final quarter is steps >= 15, i.e. the evaluations at 15 and 20
+      hand[arm][key] = [100 * statistics.mean(sum(_coding_accuracy(arm, seed, s)[key]) / totals[key] for s in (15, 20))
+                        for seed in (0, 1, 2)]
+    hand[arm]["in_domain_mean"] = [(a + b) / 2 for a, b in zip(hand[arm]["cruxeval_i"], hand[arm]["cruxeval_o"])]
+    hand[arm]["out_of_domain_mean"] = hand[arm]["math500"]
+    row = _row(table, arm)
+    for key, values in hand[arm].items():
+      assert row[key]["values"] == pytest.approx(values), (arm, key)
+      assert row[key]["mean"] == pytest.approx(statistics.mean(values))
+      assert row[key]["sd"] == pytest.approx(statistics.stdev(values))
+  assert table["baseline"] == "difficulty" and [g["arm"] for g in table["gains"]] == ["compassplay_cos"]
+  for key in hand["difficulty"]:
+    assert table["gains"][0][key] == pytest.approx(statistics.mean(hand["compassplay_cos"][key])
+                                                   - statistics.mean(hand["difficulty"][key]))
+  markdown = (out / "coding" / "accuracy.md").read_text()
+  in_domain = hand["compassplay_cos"]["in_domain_mean"]
+  m, sd = statistics.mean(in_domain), statistics.stdev(in_domain)
+  assert f"{m:.1f} ± {sd:.1f}" in markdown and "| Δ compassplay_cos − difficulty |" in markdown
+  assert "final-quarter window (steps): 15–20" in markdown
+
+
+def test_coding_figures_and_unsupported_lines(coding_runs, tmp_path):
+  out = tmp_path / "out"
+  index = "\n".join(report.write_report([coding_runs], out, log=lambda _: None))
+  for name in ("accuracy_vs_step", "accuracy_vs_accelerator_hours", "copy_rate_vs_iteration"):
+    assert (out / "coding" / f"{name}.png").read_bytes()[:8] == PNG_MAGIC
+  assert "`coverage_vs_iteration`: not supported by these runs: no 'coverage' metric" in index
+  assert "`iterations_to_reach`: not supported by these runs: no 'coverage' metric" in index
+  ablation = _table(out, "coding", "ablation")
+  assert [c["label"] for c in ablation["columns"]] == ["copy rate @ it 20"]
+  assert any("solved problems: not supported by these runs" in n for n in ablation["notes"])
+  copy = [((20 + seed) % 4) / 4 for seed in (0, 1, 2)]
+  assert _row(ablation, "difficulty")["copy_rate"]["mean"] == pytest.approx(statistics.mean(copy))
+  cost = _table(out, "coding", "cost")
+  assert _row(cost, "difficulty")["accelerator_hours"]["values"] == pytest.approx([0.2] * 3)  # 20 x 36 s
+  assert _row(cost, "difficulty")["steps"]["mean"] == 20
+
+
+def test_lean_ablation_reach_and_coverage_figures(lean_runs, tmp_path):
+  out = tmp_path / "out"
+  index = "\n".join(report.write_report([lean_runs], out, baseline="difficulty", copy_at=4, log=lambda _: None))
+  for name in ("copy_rate_vs_iteration", "coverage_vs_iteration", "coverage_vs_accelerator_hours"):
+    assert (out / "lean" / f"{name}.png").read_bytes()[:8] == PNG_MAGIC
+  assert "`accuracy_vs_step`: not supported by these runs: no evaluation results" in index
+
+  ablation = _table(out, "lean", "ablation")
+  assert [c["label"] for c in ablation["columns"]] == ["copy rate @ it 4", "solved problems, mean over it 6–8"]
+  solved = {arm: [statistics.mean(_coverage(arm, seed, it) for it in (6, 7, 8)) for seed in (0, 1)]
+            for arm in ("difficulty", "compassplay_cos_novelty")}
+  for arm, values in solved.items():
+    assert _row(ablation, arm)["coverage/solved"]["values"] == pytest.approx(values)
+  assert _row(ablation, "difficulty")["copy_rate"]["values"] == pytest.approx([0.125, 0.125])
+  assert _row(ablation, "compassplay_cos_novelty")["copy_rate"]["values"] == pytest.approx([0.0, 0.1])
+  gain = ablation["gains"][0]
+  assert gain["arm"] == "compassplay_cos_novelty" and "copy_rate" not in gain
+  assert gain["coverage/solved"] == pytest.approx(statistics.mean(solved["compassplay_cos_novelty"])
+                                                  - statistics.mean(solved["difficulty"]))
+
+  reach = _table(out, "lean", "iterations_to_reach")
+  target = statistics.mean(_coverage("difficulty", seed, 8) / 10 for seed in (0, 1))  # (0.4 + 0.4) / 2
+  first = {arm: [next(it for it in range(1, 9) if _coverage(arm, seed, it) / 10 >= target) for seed in (0, 1)]
+           for arm in ("difficulty", "compassplay_cos_novelty")}
+  assert first == {"difficulty": [8, 7], "compassplay_cos_novelty": [4, 4]}  # the hand count
+  for arm, its in first.items():
+    row = _row(reach, arm)
+    assert row["iterations_to_reach"]["values"] == its and row["reached"] == "2/2"
+    assert row["iterations_to_reach"]["mean"] == pytest.approx(statistics.mean(its))
+  assert reach["gains"][0]["final_coverage"] == pytest.approx(
+      statistics.mean(_coverage("compassplay_cos_novelty", s, 8) / 10 for s in (0, 1)) - target)
+
+
+def test_explicit_window_and_a_missing_baseline(lean_runs, tmp_path):
+  out = tmp_path / "out"
+  index = "\n".join(report.write_report([lean_runs], out, baseline="soar_utility", window=(2, 3),
+                                        log=lambda _: None))
+  ablation = _table(out, "lean", "ablation")
+  assert _row(ablation, "difficulty")["coverage/solved"]["values"] == pytest.approx(
+      [statistics.mean(_coverage("difficulty", s, it) for it in (2, 3)) for s in (0, 1)])
+  assert ablation["gains"] == []
+  assert any("baseline 'soar_utility' is not among the arms" in n for n in ablation["notes"])
+  assert "`iterations_to_reach`: not supported by these runs: iterations to reach the baseline's final coverage " \
+         "need the baseline arm 'soar_utility'" in index
+
+
+def test_sweep_file_names_the_arms_and_accuracy_falls_back_to_metrics(tmp_path):
+  root = tmp_path / "sweep"
+  for lr, acc in (("1e-3", 0.25), ("1e-4", 0.75)):
+    arm = f"difficulty,train.learning_rate={lr}"
+    _write_run(root / f"difficulty__lr{lr}" / "seed_0", "coding", "difficulty", 0,
+               [(s, {"eval/cruxeval_o": acc + 0.01 * s}) for s in (2, 4)])
+  (root / "sweep.json").write_text(json.dumps({"cells": [
+      {"arm": "difficulty,train.learning_rate=1e-3", "dir": "difficulty__lr1e-3/seed_0"},
+      {"arm": "difficulty,train.learning_rate=1e-4", "dir": "difficulty__lr1e-4/seed_0"},
+      {"arm": "difficulty,train.learning_rate=1e-4", "dir": "difficulty__lr1e-4/seed_1"}]}))
+  index = report.write_report([root], tmp_path / "out", baseline="difficulty,train.learning_rate=1e-3",
+                              log=lambda _: None)
+  assert any("difficulty__lr1e-4/seed_1: no metrics yet" in line for line in index)
+  table = _table(tmp_path / "out", "coding", "accuracy")
+  # last step 4: window [3, 4] -> the evaluation at step 4 only; in-domain mean = CRUXEval-O alone
+  assert _row(table, "difficulty,train.learning_rate=1e-4")["cruxeval_o"]["mean"] == pytest.approx(79.0)
+  assert _row(table, "difficulty,train.learning_rate=1e-4")["in_domain_mean"]["mean"] == pytest.approx(79.0)
+  assert math.isnan(_row(table, "difficulty,train.learning_rate=1e-4")["cruxeval_o"]["sd"] or math.nan)
+  assert table["gains"][0]["cruxeval_o"] == pytest.approx(50.0)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: p, "no metrics.jsonl in it or below it"),
+    (lambda p: p / "absent", "absent: no such directory"),
+    (lambda p: (p / "m.jsonl").write_text("") or p, "no metrics.jsonl in it or below it"),
+])
+def test_bad_input_is_one_line(tmp_path, capsys, make, message):
+  target = make(tmp_path)
+  assert report.main([str(target), f"--out={tmp_path / 'o'}"]) == 2
+  err = capsys.readouterr().err.strip()
+  assert err.startswith("error: ") and message in err and "\n" not in err
+
+
+def test_run_without_config_and_bad_window(tmp_path, capsys):
+  (tmp_path / "run").mkdir()
+  (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 1}\n')
+  assert report.main([str(tmp_path / "run")]) == 2
+  assert "run: no config.json" in capsys.readouterr().err
+  with pytest.raises(SystemExit):
+    report.main([str(tmp_path / "run"), "--window=5"])
+  assert "--window: want START:END iterations, got '5'" in capsys.readouterr().err
+
+
+def test_runs_sharing_arm_and_seed_are_flagged(tmp_path):
+  for lr in ("a", "b"):
+    _write_run(tmp_path / "runs" / lr, "lean", "difficulty", 0, [(1, {"coverage": 0.5})])
+  index = report.write_report([tmp_path / "runs"], tmp_path / "out", log=lambda _: None)
+  warnings = [line for line in index if line.startswith("- warning: ")]
+  assert len(warnings) == 1 and "arm 'difficulty': seed 0 appears in 2 runs" in warnings[0]

@@ -20,7 +20,10 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.11",
     packages=find_packages(include=["compassplay_jax", "compassplay_jax.*"]),
-    package_data={"compassplay_jax": ["data/*.jsonl", "data/*.md"]},
+    # compassplay_jax/data is a package (the fetch command) that also ships the built-in reference set
+    # and the demo's seed programs.
+    package_data={"compassplay_jax": ["data/*.jsonl", "data/*.md", "data/demo_seed/*.jsonl"],
+                  "compassplay_jax.data": ["*.jsonl", "*.md", "demo_seed/*.jsonl"]},
     install_requires=_requirements("requirements.txt"),
     extras_require={"test": _requirements("requirements-test.txt")},
 )

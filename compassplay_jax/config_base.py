@@ -4,9 +4,56 @@ Config files are code (big_vision style): `get_config(arg)` builds on `base_conf
 its setting and variant need. Every field can be overridden from the command line
 (`--config.train.learning_rate=3e-6`); an unknown field is an error.
 """
+import dataclasses
+
 import ml_collections
 
-from compassplay_jax.evals.harness import default_eval_config
+from compassplay_jax.rewards.proposer_rewards import RewardConfig
+from compassplay_jax.rl.train_step import TrainConfig
+from compassplay_jax.sharding import MeshConfig
+
+# AZR's in-training validation set (docs/paper_settings.md §6.1); pass "all" or a list for the others.
+DEFAULT_BENCHMARKS = "cruxeval_i,cruxeval_o,livecodebench"
+
+
+def dataclass_fields(cls, names=None) -> dict:
+  """{field: default} of a config dataclass (all fields, or `names`): the one source of those defaults."""
+  defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+  return {n: defaults[n] for n in (names or defaults)}
+
+
+def dataclass_from(cls, block, **extra):
+  """cls built from the fields of `block` (a ConfigDict) that cls has, `extra` taking precedence."""
+  names = {f.name for f in dataclasses.fields(cls)}
+  return cls(**{**{k: v for k, v in dict(block).items() if k in names}, **extra})
+
+
+def eval_config() -> ml_collections.ConfigDict:
+  """The `eval` block that config files embed; docs/evaluation.md describes every field."""
+  cfg = ml_collections.ConfigDict()
+  cfg.benchmarks = DEFAULT_BENCHMARKS  # Comma string or list; "all" = every registered benchmark.
+  cfg.data_dir = ""  # "" = the data directory (config.data_dir / $COMPASSPLAY_DATA; docs/data.md).
+  cfg.paths = ""  # Per-benchmark file overrides: "math500=/x/test.jsonl,gsm8k=/y.jsonl".
+  cfg.limit = 0  # Items per benchmark; 0 = all.
+  cfg.seed = 0  # Seeds the per-benchmark subsample when limit > 0.
+  cfg.max_new_tokens = 8096  # AZR's validation response length; used by the generate_fn builder.
+  cfg.batch_size = 32
+  cfg.prompt_style = "azr"  # "azr" | "azr_boxed" | "azr_think" | "chat" (see evals/prompts.py).
+  cfg.workdir = ""  # Outputs go to <workdir>/eval/step_<N>/; "" = the run's workdir, or nothing written.
+  cfg.every_steps = 10  # How often the training loop evaluates (AZR: test_freq=10).
+  cfg.math_timeout_s = 3.0  # Per item, as AZR's pebble timeout.
+  cfg.code_timeout_s = 10.0  # Per CRUXEval job (AZR's executor timeout).
+  cfg.lcb_timeout_s = 6.0  # Per LiveCodeBench test.
+  cfg.num_workers = 0  # Checker processes; 0 = automatic.
+  cfg.progress = True
+  return cfg
+
+
+def check_config(config) -> None:
+  """Start-up checks of the fields every setting shares (ConfigError names the field)."""
+  from compassplay_jax.models.config import ConfigError
+  if config.train.kl_coef < 0:
+    raise ConfigError(f"config.train.kl_coef={config.train.kl_coef} is negative")
 
 
 def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
@@ -16,9 +63,14 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.seed = 0
   config.steps = 10
   config.workdir = ""  # --workdir wins; default: runs/<setting>_<variant>
+  # JAX's persistent compilation cache: a second run loads compiled programs from here ("" = off).
+  config.compile_cache_dir = "~/.cache/compassplay_jax/xla"
+  # Where "data:<relpath>" paths point: "" = $COMPASSPLAY_DATA, else ~/.cache/compassplay/data.
+  # Fill it with `python -m compassplay_jax.data fetch --all` (docs/data.md).
+  config.data_dir = ""
 
   config.model = ml_collections.ConfigDict()
-  config.model.path = "smollm2-135m"  # HF directory, .gguf file, "smollm2-135m", or "tiny" (random)
+  config.model.path = "smollm2-135m"  # HF directory or Hub id (owner/name[@rev]), .gguf, "smollm2-135m", "tiny"
   config.model.dtype = "float32"  # compute dtype
   config.model.param_dtype = "float32"  # master weights
   config.model.remat = False
@@ -28,10 +80,9 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.model.tiny_heads = 4
   config.model.tiny_kv_heads = 2
 
-  config.mesh = ml_collections.ConfigDict()
-  config.mesh.data = -1  # -1 = all devices not used by the other axes
-  config.mesh.fsdp = 1
-  config.mesh.tensor = 1
+  # sharding.MeshConfig's defaults: FSDP over all devices (-1 = all devices the other axes leave),
+  # so a 7B run shards params, grads and AdamW state; set tensor for Megatron splits inside a layer.
+  config.mesh = ml_collections.ConfigDict(dataclass_fields(MeshConfig))
 
   config.sampling = ml_collections.ConfigDict()
   config.sampling.temperature = 1.0
@@ -39,7 +90,9 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.sampling.top_k = 0  # 0 = off
   config.sampling.max_new_tokens = 512
   config.sampling.max_prompt_tokens = 2048
-  config.sampling.micro_batch_size = 32  # rows generated at once (memory budget)
+  config.sampling.micro_batch_size = 32  # rows generated at once (memory budget); continuous: decode slots
+  config.sampling.engine = "static"  # static | continuous (continuous batching; docs/sampling.md)
+  config.sampling.chunk_tokens = 8  # continuous: decode steps per device call between slot refills
 
   config.reward = ml_collections.ConfigDict()
   config.reward.name = "compassplay_cos"  # compassplay_cos | compassplay_cos_novelty | difficulty | novelty_only
@@ -48,34 +101,30 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.reward.micro_batch_size = 8  # reference-gradient and fused-pass micro-batch
   config.reward.reference_path = ""
   config.reward.reference_size = 32
-  config.reward.bad_format = -1.0  # AZR code: tags malformed (notes §4.1)
-  config.reward.invalid = -1.0  # AZR code: invalid or badly formatted proposal (notes §4.1)
-  config.reward.out_of_band = -0.5  # AZR code: solve rate 0 or 1 (notes §4.1); the paper's equation uses 0
+  # Gate values (rewards.proposer_rewards.RewardConfig = AZR's code, docs/paper_settings.md §4.1):
+  # bad_format -1 (tags malformed), invalid -1 (invalid proposal), out_of_band -0.5 (solve rate 0 or 1;
+  # the paper's equation uses 0).
+  config.reward.update(dataclass_fields(RewardConfig, ("bad_format", "invalid", "out_of_band")))
   config.reward.max_completion_tokens = 1024  # candidate solution tokens used for g(x)
 
-  config.train = ml_collections.ConfigDict()
-  config.train.learning_rate = 1e-6
-  config.train.warmup_steps = 0
-  config.train.schedule = "constant"  # constant | cosine
-  config.train.weight_decay = 0.01
-  config.train.b1 = 0.9
-  config.train.b2 = 0.999
-  config.train.grad_clip = 1.0
-  config.train.clip_eps_low = 0.2
-  config.train.clip_eps_high = 0.2
-  config.train.entropy_coef = 0.0
-  config.train.kl_coef = 0.0
-  config.train.micro_batch_size = 8
+  # rl.train_step.TrainConfig's defaults (AZR's, docs/paper_settings.md §5.3); schedule: constant | linear | cosine.
+  config.train = ml_collections.ConfigDict(dataclass_fields(TrainConfig, (
+      "learning_rate", "warmup_steps", "schedule", "weight_decay", "b1", "b2", "grad_clip", "clip_eps_low",
+      "clip_eps_high", "entropy_coef", "kl_coef")))
+  config.train.micro_batch_size = 8  # rows per forward/backward (TrainConfig's None = the whole batch)
+  # 0: rows padded to one shape, micro_batch_size rows per pass. > 0 (one device): rows packed by
+  # their real length into micro-batches of about this many tokens (same update, less padding).
+  config.train.micro_batch_tokens = 0
 
   config.sandbox = ml_collections.ConfigDict()
   config.sandbox.num_workers = 0  # 0 = number of CPU cores
-  config.sandbox.timeout_s = 10.0  # AZR's executor timeout (notes §3)
+  config.sandbox.timeout_s = 10.0  # AZR's executor timeout (docs/paper_settings.md §3)
 
   config.checkpoint = ml_collections.ConfigDict()
   config.checkpoint.every_steps = 10
   config.checkpoint.keep = 3
 
-  config.eval = default_eval_config()
+  config.eval = eval_config()
   config.eval.every_steps = 0  # 0 = off
 
   config.coding = ml_collections.ConfigDict()
@@ -94,13 +143,16 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.coding.proposer_prefix = ""
   config.coding.input_scaffold = ""
   config.coding.solver_prefix = ""  # {block}: output | input | python, by task type
+  # Where each scaffolded proposal segment stops: a fence (the block's end), or e.g. "\n" for
+  # one-line programs and inputs (the loop then closes the block).
+  config.coding.segment_stop = "```"
 
   config.lean = ml_collections.ConfigDict()
   config.lean.command = "lake env repl"
   config.lean.cwd = ""  # a Mathlib project directory
-  config.lean.targets_path = "../shared/data/minif2f/minif2f.jsonl"
+  config.lean.targets_path = "data:minif2f/minif2f.jsonl"
   config.lean.targets_limit = 0  # 0 = all targets
-  config.lean.targets_per_iteration = 0  # 0 = every unsolved target (SGS: the full batch)
+  config.lean.targets_per_iteration = 0  # 0 = every target, solved ones included (SGS: the full batch)
   config.lean.proofs_per_problem = 8
   config.lean.num_workers = 2
   config.lean.timeout_s = 60.0

@@ -15,6 +15,7 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
+from compassplay_jax.errors import InputNotFound
 from compassplay_jax.evals import harness
 from compassplay_jax.evals import report
 
@@ -34,8 +35,7 @@ def _load_generate_fn(config, checkpoint: str):
   "smollm2-135m"), or "tiny" (config.model's random tiny model, for tests).
   """
   from flax import nnx
-  from compassplay_jax.sampling import SamplingConfig, generate
-  from compassplay_jax.selfplay.run import build_model, restore_params
+  from compassplay_jax.model_setup import build_model, restore_params
   model_config = config.get("model") or {}
   path = pathlib.Path(checkpoint)
   if checkpoint == "tiny":
@@ -43,7 +43,7 @@ def _load_generate_fn(config, checkpoint: str):
     graphdef, params = nnx.split(model)
   elif path.parent.name == "checkpoints" and path.name.isdigit():
     if not path.is_dir():
-      raise FileNotFoundError(f"{checkpoint}: checkpoint directory does not exist")
+      raise InputNotFound(f"{checkpoint}: checkpoint directory does not exist")
     model, tokenizer = build_model(config)
     graphdef, params = nnx.split(model)
     params = restore_params(path.parent, int(path.name), params)
@@ -52,11 +52,15 @@ def _load_generate_fn(config, checkpoint: str):
     model, tokenizer = load_model(checkpoint, dtype=model_config.get("dtype"))
     graphdef, params = nnx.split(model)
   eval_cfg = config.get("eval") or {}
-  sampling = SamplingConfig(temperature=0.0, max_new_tokens=int(eval_cfg.get("max_new_tokens", 512)),
-                            micro_batch_size=int(eval_cfg.get("batch_size", 32)))
+  # Greedy generation through a device engine (the run loop's path), on every local device.
+  from compassplay_jax import sharding as sh
+  from compassplay_jax.engine import Engine, EngineSettings
+  engine = Engine.build(graphdef, params, sh.make_mesh(None), EngineSettings())
+  params = engine.place_params(params)
 
   def generate_fn(prompts):
-    return generate(graphdef, params, tokenizer, list(prompts), sampling, 0).texts
+    return engine.greedy_texts(params, tokenizer, prompts, int(eval_cfg.get("max_new_tokens", 512)),
+                               int(eval_cfg.get("batch_size", 32)))
 
   return generate_fn, tokenizer
 
@@ -89,6 +93,9 @@ def run(config, checkpoints: list[str], benchmarks: str = "", workdir: str = "",
   """Evaluates each checkpoint, then writes <workdir>/eval/history.png; returns the plot path."""
   eval_config = harness.default_eval_config().to_dict()
   eval_config.update(dict(config.get("eval", {})))
+  if not eval_config["data_dir"] and config.get("data_dir"):  # "" = the run's data directory (docs/data.md)
+    from compassplay_jax.data import paths
+    eval_config["data_dir"] = str(paths.data_dir(config.data_dir))
   if benchmarks:
     eval_config["benchmarks"] = benchmarks
   out_root = eval_workdir(config, workdir)

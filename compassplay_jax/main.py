@@ -2,6 +2,7 @@
 
   python -m compassplay_jax.main --config=configs/coding.py:demo [--workdir=DIR]
   python -m compassplay_jax.main --config=configs/lean.py --config.lean.cwd=/path/to/mathlib-project
+  ... -v 0   (or --verbosity=0): show library INFO records and warnings (off by default)
 
 The loop is linear on purpose (big_vision style): build everything, restore the latest checkpoint if
 there is one, then for each step: rollouts and rewards (the setting's `collect`), advantages, one
@@ -33,6 +34,8 @@ def main(argv):
   config = _CONFIG.value
   if config is None:
     raise app.UsageError("--config is required, e.g. --config=configs/coding.py:demo")
+  from compassplay_jax import logging_setup
+  logging_setup.configure(verbosity_flag_present=flags.FLAGS["verbosity"].present)
   from compassplay_jax.selfplay.run import run  # heavy imports after flag parsing
   run(config, workdir_for(config))
 
@@ -58,12 +61,11 @@ def entry():
     print(f"error: unknown config key in {override} (see the config file for the known fields)", file=sys.stderr)
     sys.exit(2)
   except Exception as e:
-    from compassplay_jax.selfplay.run import USER_ERRORS
-    if not isinstance(e, USER_ERRORS) or os.environ.get("COMPASSPLAY_TRACEBACK"):
+    from compassplay_jax.errors import user_error_line
+    line = user_error_line(e)
+    if line is None or os.environ.get("COMPASSPLAY_TRACEBACK"):
       raise
-    first_line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    hint = " Setup steps: docs/lean.md." if type(e).__name__ == "LeanSetupError" else ""
-    print(f"error: {first_line}{hint}", file=sys.stderr)
+    print(line, file=sys.stderr)
     sys.exit(2)
 
 

@@ -65,6 +65,14 @@ def read_metrics(workdir: str | pathlib.Path) -> list[dict]:
   return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def last_value(workdir: str | pathlib.Path, key: str, default: float = 0.0) -> float:
+  """The last logged value of `key` in metrics.jsonl (running totals continue from it on resume)."""
+  for record in reversed(read_metrics(workdir)):
+    if key in record:
+      return float(record[key])
+  return default
+
+
 def truncate_metrics(workdir: str | pathlib.Path, last_step: int) -> None:
   """After a resume from `last_step`, drops lines of steps that were logged but not checkpointed,
   so metrics.jsonl never repeats a step."""

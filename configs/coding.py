@@ -5,8 +5,9 @@
   python -m compassplay_jax.main --config=configs/coding.py:tiny      # random tiny model (tests)
   ... --config.reward.name=difficulty --config.steps=100               # any field from the command line
 
-Values marked AZR come from Absolute Zero Reasoner's code and scripts (../shared/notes/azr-coding-selfplay.md
-§5.4, cited by section); values marked paper from CompassPlay's design card.
+Values marked AZR come from Absolute Zero Reasoner's code and scripts (`paper` branch); the section marks
+(§5.4 ...) point to docs/paper_settings.md, which gives each value's public source. Values marked paper
+come from CompassPlay's design card.
 """
 from compassplay_jax import config_base
 
@@ -16,11 +17,11 @@ def get_config(arg: str = ""):
   config = config_base.base_config("coding", variant)
 
   # ---- the paper's setting ------------------------------------------------------------------
-  config.model.path = ""  # A Hugging Face directory of Qwen2.5-Coder-7B (weights are never downloaded).
+  config.model.path = ""  # Qwen2.5-Coder-7B: the Hub id "Qwen/Qwen2.5-Coder-7B" or a local checkpoint directory.
   config.model.dtype = "bfloat16"  # AZR: bf16 (§5.3)
   config.model.param_dtype = "float32"  # fp32 master weights
   config.model.remat = True  # AZR: gradient checkpointing (§5.3)
-  config.steps = 500  # AZR paper trains <= 500 steps (§5.4, §12)
+  config.steps = 200  # paper: 200 training steps (design card; AZR itself reports <= 500, §12)
 
   c = config.coding
   c.task_types = "abduction,deduction,induction"  # AZR's three task types (§1)
@@ -30,7 +31,7 @@ def get_config(arg: str = ""):
   c.induction_inputs = 10  # AZR: num_inputs = 10, 5 shown / 5 hidden (§5.4)
   c.solve_samples = 8  # AZR: azr.reward.n_samples = 8 (§5.4)
   c.buffer_cap = 16384  # AZR: max_programs = 16384, keeps the oldest (§5.4)
-  c.seed_dir = "../shared/data/azr_seed"  # AZR's released seed buffers; "" = identity-program bootstrap
+  c.seed_dir = "data:azr_seed"  # AZR's released seed buffers (fetch azr_seed); "" = identity-program bootstrap
   c.seed_limit = 256  # AZR: 256 seed triplets for 7B coder (§5.4)
   c.prompt_style = "plain"  # AZR: the R1 template as plain text, ending "Assistant: <think>" (§1.1)
 
@@ -43,7 +44,7 @@ def get_config(arg: str = ""):
 
   r = config.reward
   r.name = "compassplay_cos"  # paper: gradient alignment with the external reference
-  r.reference_path = "../shared/data/math/train.jsonl"  # paper: 32 MATH-train gold solutions
+  r.reference_path = "data:math/train.jsonl"  # paper: 32 MATH-train gold solutions (fetch math)
   r.reference_size = 32  # paper
 
   t = config.train
@@ -54,7 +55,9 @@ def get_config(arg: str = ""):
   t.micro_batch_size = 16  # AZR: ppo_micro_batch_size_per_gpu = 16 (§5.3)
 
   config.checkpoint.every_steps = 10  # AZR: save_freq = 10 (§5.4)
-  config.eval.every_steps = 10  # AZR: test_freq = 10 (§5.4)
+  # paper: greedy evaluation every 5 steps; its numbers average the 11 evaluations at steps 150-200,
+  # the final quarter (design card; docs/experiments.md). AZR's test_freq is 10 (§5.4).
+  config.eval.every_steps = 5
   config.eval.benchmarks = "cruxeval_i,cruxeval_o,livecodebench,math500,amc23,gsm8k,minerva_math,olympiadbench"
 
   # ---- variants ------------------------------------------------------------------------------
@@ -68,36 +71,46 @@ def get_config(arg: str = ""):
 
 
 def _demo(config):
-  """SmolLM2-135M on 2 CPU cores: a few real self-play steps in well under 15 minutes."""
+  """SmolLM2-135M on 2 CPU cores: a few real self-play steps in which the cosine pays proposers.
+
+  A candidate is paid by its cosine only when valid and in band (0 < solve rate < 1), so the demo is
+  sized for a 135M model to land there (measured, docs/demo.md): simple seed programs it imitates,
+  deduction and abduction, short prompts, response scaffolds, several solve samples at T = 1.
+  """
   config.model.path = "smollm2-135m"
   config.model.dtype = "float32"
   config.model.remat = False
   config.steps = 3
   c = config.coding
   c.task_types = "deduction,abduction"
-  c.proposals_per_type = 3
-  c.solver_tasks_per_type = 3
+  c.proposals_per_type = 4
+  c.solver_tasks_per_type = 2
   c.num_references = 2
   c.induction_inputs = 4
-  c.solve_samples = 4
-  c.seed_dir = ""  # identity-program bootstrap, as AZR does without seed files
-  c.prompt_style = "chat"
+  c.solve_samples = 16  # AZR's n is 8; a 135M solver is right rarely, so more samples find 0 < s < 1
+  c.seed_dir = "builtin:demo_seed"  # eight one-line functions (compassplay_jax/data/demo_seed)
+  c.prompt_style = "compact"  # ~120-token prompts instead of AZR's ~480 (selfplay/compact_prompts.py)
   # A 135M model rarely writes AZR's whole format; scaffolds let it fill in the program, the input
   # and the answer (measured: without them no demo proposal was valid).
-  c.proposer_prefix = "<think>\nA short function with one argument.\n</think>\n<answer>\n```python\ndef f("
-  c.input_scaffold = "\n```input\n"
+  # One-line programs and inputs: the model writes the return expression, then the input.
+  c.proposer_prefix = "<think>\nA short function with one argument.\n</think>\n<answer>\n```python\ndef f(x):\n    return "
+  c.input_scaffold = "```\n```input\n"
+  c.segment_stop = "\n"
   c.solver_prefix = "<think>\nLet me trace the code.\n</think>\n<answer>\n```{block}\n"
   s = config.sampling
-  s.max_new_tokens = 160
-  s.max_prompt_tokens = 1024
+  s.temperature = 1.0
+  s.top_k = 10  # a 135M model's long tail at T = 1 is mostly prose; top-k keeps answers to values
+  s.max_new_tokens = 32  # each decoded segment is one line (segment_stop): expression, input or answer
+  s.max_prompt_tokens = 512
   config.reward.reference_path = "builtin:math_mini"  # the small committed MATH-style set
-  config.reward.reference_size = 8
+  config.reward.reference_size = 4
+  config.reward.max_completion_tokens = 256
   config.train.learning_rate = 1e-5
-  # Rows per forward/backward. Measured: one fwd+bwd of SmolLM2 on 4 rows of 768 tokens compiles to
-  # 14 GB of temporaries on CPU (mostly per-layer (rows, heads, T, T) attention), remat or not; one
-  # row at a time keeps a 2-core, 16-24 GB machine well inside its memory.
+  # Rows packed by length, ~1024 tokens per forward/backward: one fwd+bwd of SmolLM2 on 4 rows of
+  # 768 tokens compiles to 14 GB of temporaries on CPU (per-layer attention), so keep passes small.
+  config.train.micro_batch_tokens = 1024
   config.train.micro_batch_size = 1
-  config.reward.micro_batch_size = 1
+  config.reward.micro_batch_size = 4
   config.checkpoint.every_steps = 1
   config.eval.every_steps = 0  # evaluation off in the demo (run compassplay_jax.evaluate separately)
   config.sandbox.num_workers = 2

@@ -5,8 +5,9 @@
   python -m compassplay_jax.main --config=configs/lean.py:tiny        # random tiny model (tests, stand-in REPL)
 
 Lean and Mathlib must be installed by the user (docs/lean.md); without them the run stops at
-start-up with the setup instruction. Values marked SGS come from ../shared/notes/lean-selfplay-and-checking.md
-(§1.3 hyper-parameter table, cited by section); values marked paper from CompassPlay's design card.
+start-up with the setup instruction. Values marked SGS come from "Scaling Self-Play with Self-Guidance"
+(arXiv 2604.20209) and its code (github.com/LukeBailey181/sgs, scripts/standard_sgs.py); values marked
+paper from CompassPlay's design card. docs/lean.md ("The loop") lists them with their sources.
 """
 from compassplay_jax import config_base
 
@@ -15,17 +16,30 @@ def get_config(arg: str = ""):
   variant = arg or "paper"
   config = config_base.base_config("lean", variant)
 
-  config.model.path = ""  # A Hugging Face directory of DeepSeek-Prover-V2-7B (never downloaded).
+  config.model.path = ""  # DeepSeek-Prover-V2-7B: the Hub id "deepseek-ai/DeepSeek-Prover-V2-7B" or a local directory.
   config.model.dtype = "bfloat16"  # SGS: bf16 (§1.3)
   config.model.param_dtype = "float32"
   config.model.remat = True
-  config.steps = 200  # SGS paper reports ~200 iterations (§1.3)
+  config.steps = 200  # paper: 200 iterations, coverage measured every iteration (design card); SGS ~200 (§1.3)
 
   l = config.lean
-  l.targets_path = "../shared/data/leanworkbook/leanworkbook_train_1k.jsonl"  # stand-in for SGS's D3k (§1.2)
-  l.targets_per_iteration = 0  # SGS: the full batch of unsolved targets every iteration (§1.3)
-  l.proofs_per_problem = 8  # SGS: k = 8 for targets and conjectures (§1.3)
-  l.solver_band_max = 0.5  # SGS: REINFORCE-1/2, problems with 0 < s <= 0.5 (§1.3)
+  l.targets_path = "data:leanworkbook/leanworkbook_train_1k.jsonl"  # stand-in for SGS's D3k (§1.2)
+  l.targets_per_iteration = 0  # SGS: proofs for every target, solved ones included, each iteration
+  l.proofs_per_problem = 8  # SGS: k = 8 for targets and conjectures
+  l.solver_band_max = 0.5  # SGS: REINFORCE-1/2, problems with 0 < s <= 0.5
+  # Conditioning (domains/lean/schedule.py): "seeds" = every target with a verified proof (the paper:
+  # the proposer sees the seed, g_ref = gradient of its verified proof, so cos x novelty is computable
+  # for every eligible conjecture); "unsolved" = SGS's TARGET_STATEMENT_ONLY_UNSOLVED; "all" = both.
+  l.conditioning = "seeds"
+  l.conjectures_per_seed = 1  # SGS: one conjecture per conditioned statement
+  l.seeds_per_iteration = 0  # 0 = every scheduled statement
+  # "floored_baseline": whitened, baseline max(mean, 0): copies (reward 0) are trained down (docs/lean.md);
+  # "sgs_minmax": SGS's min-max REINFORCE weights.
+  l.proposer_advantage = "floored_baseline"
+  l.zero_weight_try = True  # SGS: proofs containing `try` get weight 0
+  l.overlong_penalty = True  # SGS: DAPO length penalty on kept proofs longer than 0.8 x max_new_tokens
+  l.train_batch_size = 32  # SGS: one epoch over the iteration's rows at batch 32; 0 = one step
+  l.epochs_per_iteration = 1
   l.num_workers = 8
   l.timeout_s = 60.0
 
@@ -52,7 +66,7 @@ def get_config(arg: str = ""):
     config.model.dtype = "float32"
     config.model.remat = False
     config.steps = 3
-    l.targets_path = "../shared/data/minif2f/minif2f.jsonl"
+    l.targets_path = "data:minif2f/minif2f.jsonl"
     l.targets_limit = 8
     l.prefill_proof = True  # a 135M model rarely writes the ```lean4 block itself
     l.proofs_per_problem = 2
@@ -71,6 +85,7 @@ def get_config(arg: str = ""):
     l.proofs_per_problem = 4
     l.num_workers = 2
     l.timeout_s = 10.0
+    l.train_batch_size = 16
     s.max_new_tokens = 24
     s.max_prompt_tokens = 512
     config.train.learning_rate = 1e-3

@@ -1,4 +1,4 @@
-"""Shared pytest fixtures: the path to ../shared/data, and CPU-only JAX."""
+"""Shared pytest fixtures: the development data directory, and CPU-only JAX."""
 import os
 import pathlib
 
@@ -10,19 +10,24 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # small programs are compiled by many tests.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(REPO_ROOT / ".jax_cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1")
-SHARED_DATA = pathlib.Path(os.environ.get("COMPASSPLAY_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
+# The public data sets (docs/data.md). Tests set the data directory explicitly: $COMPASSPLAY_DATA if set,
+# else $COMPASSPLAY_SHARED_DATA, else the development machines' copy in ../shared/data beside the checkout.
+SHARED_DATA = pathlib.Path(os.environ.get("COMPASSPLAY_DATA") or os.environ.get("COMPASSPLAY_SHARED_DATA")
+                           or REPO_ROOT.parent / "shared" / "data")
+os.environ["COMPASSPLAY_DATA"] = str(SHARED_DATA)  # the package and the subprocesses tests start read it
 
 
 @pytest.fixture
 def shared_data():
-  """Path to ../shared/data; tests that need a file there skip cleanly when it is absent."""
+  """The data directory; tests that need a file there skip cleanly when it is absent."""
   if not SHARED_DATA.is_dir():
-    pytest.skip(f"shared data not found at {SHARED_DATA} (set COMPASSPLAY_SHARED_DATA)")
+    pytest.skip(f"data directory not found at {SHARED_DATA} (set COMPASSPLAY_DATA, or fetch: "
+                f"python -m compassplay_jax.data fetch --all --dir {SHARED_DATA})")
   return SHARED_DATA
 
 
 def shared_file(relpath):
-  """Returns ../shared/data/relpath or skips the calling test with the reason."""
+  """Returns <data directory>/relpath or skips the calling test with the reason."""
   path = SHARED_DATA / relpath
   if not path.exists():
     pytest.skip(f"{path} not present")

@@ -71,9 +71,10 @@ def test_coding_tiny_two_steps(tmp_path):
   run(config, tmp_path)
   lines, extra = _check_run(tmp_path, config, 2)
   assert {"valid_rate", "reward/proposer", "reward/solver", "train/loss", "solve_rate_histogram"} <= set(lines[-1])
-  buffers = extra["selfplay"]  # the task buffers are checkpointed, the identity seed first
+  buffers = extra["selfplay"]  # the task buffers are checkpointed, the built-in seed programs first
   assert set(buffers) == {"deduction", "abduction", "induction"}
-  assert buffers["deduction"][0][0]["program"] == "def f(a):\n    return a"
+  seeds = (REPO / "compassplay_jax" / "data" / "demo_seed" / "demo_seed_io.jsonl").read_text().splitlines()
+  assert [b[0]["program"] for b in buffers["deduction"][:len(seeds)]] == [json.loads(l)["snippet"] for l in seeds]
   assert json.loads((tmp_path / "summary.json").read_text())["steps"] == 2
 
 
@@ -86,6 +87,10 @@ def test_lean_tiny_two_iterations_with_stand_in_repl(tmp_path):
   coverage = json.loads(extra["selfplay"]["coverage"])
   assert coverage  # the coverage history is checkpointed
   assert 0 < lines[-1]["coverage"] <= 1
+  # One epoch per iteration at lean.train_batch_size rows per optimizer step (SGS: batch 32).
+  for line in lines:
+    if "rows" in line:
+      assert line["train/optimizer_steps"] == -(-line["rows"] // config.lean.train_batch_size)
 
 
 def _main(args, timeout=600):
@@ -122,20 +127,14 @@ def _arrays(tree):
   return [np.asarray(x) for x in jax.tree.leaves(tree)]
 
 
-@pytest.mark.slow
-def test_kill_and_resume_is_bitwise_identical(tmp_path):
-  """4 steps straight vs. 2 steps, kill -9 (while step 3 runs), resume to 4: same params, optimizer
-  state and task buffers, bit for bit."""
+def _kill_after_step_2_and_resume(config, main_args, interrupted):
+  """Runs main with main_args as a subprocess, kills it (-9) once step 2's checkpoint exists, then
+  resumes in this process to config.steps."""
   import os
   import signal
   import time
-  straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
-  config = _config("coding:tiny", steps=4)
-  run(config, straight)
-
-  args = [sys.executable, "-m", "compassplay_jax.main", "--config=configs/coding.py:tiny", "--config.steps=4",
-          f"--workdir={interrupted}"]
-  proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  proc = subprocess.Popen([sys.executable, "-m", "compassplay_jax.main", *main_args, f"--workdir={interrupted}"],
+                          cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   deadline = time.time() + 600
   while not (interrupted / "checkpoints" / "2").is_dir() and time.time() < deadline and proc.poll() is None:
     time.sleep(0.2)
@@ -146,14 +145,48 @@ def test_kill_and_resume_is_bitwise_identical(tmp_path):
     assert manager.latest_step() in (2, 3)
   run(config, interrupted)
 
+
+def _assert_same_final_state(config, straight, interrupted):
+  """Step 4 in both work directories, params and optimizer state equal bit for bit; the selfplay extras."""
   _, step_a, params_a, opt_a, extra_a = _restore(straight, config)
   _, step_b, params_b, opt_b, extra_b = _restore(interrupted, config)
   assert step_a == step_b == 4
   for a, b in zip(_arrays(params_a) + _arrays(opt_a), _arrays(params_b) + _arrays(opt_b)):
     np.testing.assert_array_equal(a, b)
+  return extra_a, extra_b
+
+
+@pytest.mark.slow
+def test_kill_and_resume_is_bitwise_identical(tmp_path):
+  """4 steps straight vs. 2 steps, kill -9 (while step 3 runs), resume to 4: same params, optimizer
+  state and task buffers, bit for bit."""
+  straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
+  config = _config("coding:tiny", steps=4)
+  run(config, straight)
+  _kill_after_step_2_and_resume(config, ["--config=configs/coding.py:tiny", "--config.steps=4"], interrupted)
+  extra_a, extra_b = _assert_same_final_state(config, straight, interrupted)
   assert extra_a["selfplay"] == extra_b["selfplay"]
   steps = [json.loads(l)["step"] for l in (interrupted / "metrics.jsonl").read_text().splitlines()]
   assert steps == [1, 2, 3, 4]  # no lost or repeated step in the metrics either
+
+
+@pytest.mark.slow
+def test_lean_kill_and_resume_keeps_seed_pool_and_coverage(tmp_path):
+  """Lean: 4 iterations straight vs. 2, kill -9, resume to 4: same params, optimizer state, seed pool
+  (verified proofs), coverage and first-solved iterations, bit for bit."""
+  straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
+  config = _config("lean:tiny", steps=4, **_lean_overrides())
+  run(config, straight)
+  overrides = [f"--config.{k}={v}" for k, v in _lean_overrides().items()]
+  _kill_after_step_2_and_resume(config, ["--config=configs/lean.py:tiny", "--config.steps=4", *overrides],
+                                interrupted)
+  extra_a, extra_b = _assert_same_final_state(config, straight, interrupted)
+  seeds = json.loads(extra_a["selfplay"]["seeds"])["seeds"]
+  assert seeds, "no target was ever proved: the seed pool would be trivially equal"
+  assert extra_a["selfplay"] == extra_b["selfplay"]  # seed pool, coverage (first-solved, curve), generations
+  assert json.loads(extra_b["selfplay"]["coverage"])["first_solved"]
+  steps = [json.loads(l)["step"] for l in (interrupted / "metrics.jsonl").read_text().splitlines()]
+  assert steps == [1, 2, 3, 4]
 
 
 @pytest.mark.slow
@@ -161,7 +194,8 @@ def test_coding_tiny_on_a_2x2x2_mesh_matches_one_device(tmp_path):
   """The run loop on 8 simulated devices (data, fsdp, tensor) = (2, 2, 2): sharded sampler and train
   step give the metrics of the single-device run."""
   import os
-  overrides = {"steps": 1, "train.micro_batch_size": 4}
+  # Both runs pad rows to one shape (packing by length is a single-device path; test_bucketed_update.py).
+  overrides = {"steps": 1, "train.micro_batch_size": 4, "train.micro_batch_tokens": 0}
   config = _config("coding:tiny", **overrides)
   run(config, tmp_path / "one")
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")

@@ -1,8 +1,9 @@
 """Benchmark registry and loaders for the evaluation harness.
 
-Every loader reads a local file (nothing is downloaded) and returns a list of `EvalItem`s. The file formats
-are those of ../shared/data (see its README): CRUXEval jsonl, the LiveCodeBench json copy, and the math
-jsonl files, whose question and answer fields differ per set.
+Every loader reads a local file (nothing is downloaded here) and returns a list of `EvalItem`s. The files
+live in the data directory, laid out and converted by `python -m compassplay_jax.data fetch` (docs/data.md):
+CRUXEval jsonl, a LiveCodeBench json list, and the math jsonl files, whose question and answer fields differ
+per set.
 """
 import dataclasses
 import json
@@ -10,6 +11,9 @@ import pathlib
 import random
 import re
 from typing import Callable
+
+from compassplay_jax import jsonl
+from compassplay_jax.errors import InputNotFound, UserError
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -51,24 +55,12 @@ class BenchmarkSpec:
   loader: Callable[[str, pathlib.Path], list[EvalItem]]
 
 
-class DataFormatError(ValueError):
+class DataFormatError(UserError, ValueError):
   """A benchmark file does not have the expected format."""
 
 
 def _read_jsonl(path: pathlib.Path) -> list[tuple[int, dict]]:
-  rows = []
-  with open(path, encoding="utf-8") as f:
-    for lineno, line in enumerate(f, start=1):
-      if not line.strip():
-        continue
-      try:
-        row = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise DataFormatError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
-      if not isinstance(row, dict):
-        raise DataFormatError(f"{path}:{lineno}: expected a JSON object")
-      rows.append((lineno, row))
-  return rows
+  return list(jsonl.records(path, DataFormatError))
 
 
 def _field(path, lineno, row, *keys):
@@ -260,8 +252,12 @@ def parse_benchmark_names(benchmarks) -> list[str]:
   return names
 
 
-def resolve_data_dir(data_dir: str) -> pathlib.Path:
-  """An absolute data_dir is used as is; a relative one is relative to the repository root."""
+def resolve_data_dir(data_dir) -> pathlib.Path:
+  """"" or None = the data directory ($COMPASSPLAY_DATA or the per-user default); an absolute data_dir
+  is used as is; a relative one is relative to the repository root."""
+  if not data_dir:
+    from compassplay_jax.data import paths
+    return paths.data_dir("")
   path = pathlib.Path(data_dir).expanduser()
   return path if path.is_absolute() else (REPO_ROOT / path).resolve()
 
@@ -275,13 +271,19 @@ def subsample(items: list[EvalItem], limit: int, seed: int) -> list[EvalItem]:
   return [items[i] for i in keep]
 
 
-def load_benchmark(name: str, data_dir="../shared/data", path=None, limit: int = 0,
+def load_benchmark(name: str, data_dir="", path=None, limit: int = 0,
                    seed: int = 0) -> list[EvalItem]:
   """Loads one benchmark from `path` (or its default file under `data_dir`), then subsamples it."""
   if name not in BENCHMARKS:
     raise ValueError(f"eval.benchmarks: unknown benchmark {name!r} (known: {', '.join(BENCHMARKS)})")
   spec = BENCHMARKS[name]
-  file_path = pathlib.Path(path) if path else resolve_data_dir(str(data_dir)) / spec.relpath
+  directory = None if path else resolve_data_dir(data_dir)
+  file_path = pathlib.Path(path) if path else directory / spec.relpath
   if not file_path.exists():
-    raise FileNotFoundError(f"{file_path}: benchmark file for {name!r} not found (set eval.data_dir or eval.paths)")
+    hint = "set eval.paths"
+    if directory is not None:
+      from compassplay_jax.data import paths, sources
+      dataset = sources.dataset_for(spec.relpath)
+      hint = f"get it: {paths.fetch_command([dataset.name], directory)}" if dataset else "set eval.data_dir"
+    raise InputNotFound(f"{file_path}: benchmark file for {name!r} not found ({hint})")
   return subsample(spec.loader(name, file_path), limit, seed)

@@ -11,6 +11,7 @@ from typing import Callable, Sequence
 import ml_collections
 import tqdm
 
+from compassplay_jax.config_base import DEFAULT_BENCHMARKS, eval_config  # noqa: F401
 from compassplay_jax.evals import benchmarks as benchmarks_lib
 from compassplay_jax.evals import code_check
 from compassplay_jax.evals import prompts
@@ -19,29 +20,8 @@ from compassplay_jax.evals.math_check import MathChecker
 
 GenerateFn = Callable[[list[str]], list[str]]
 
-# AZR's in-training validation set (notes §6.1); pass "all" or a list for the others.
-DEFAULT_BENCHMARKS = "cruxeval_i,cruxeval_o,livecodebench"
-
-
-def default_eval_config() -> ml_collections.ConfigDict:
-  """The `eval` block that config files embed; docs/evaluation.md describes every field."""
-  cfg = ml_collections.ConfigDict()
-  cfg.benchmarks = DEFAULT_BENCHMARKS  # Comma string or list; "all" = every registered benchmark.
-  cfg.data_dir = "../shared/data"  # Relative paths are relative to the repository root.
-  cfg.paths = ""  # Per-benchmark file overrides: "math500=/x/test.jsonl,gsm8k=/y.jsonl".
-  cfg.limit = 0  # Items per benchmark; 0 = all.
-  cfg.seed = 0  # Seeds the per-benchmark subsample when limit > 0.
-  cfg.max_new_tokens = 8096  # AZR's validation response length; used by the generate_fn builder.
-  cfg.batch_size = 32
-  cfg.prompt_style = "azr"  # "azr" | "azr_boxed" | "azr_think" | "chat" (see evals/prompts.py).
-  cfg.workdir = ""  # Outputs go to <workdir>/eval/step_<N>/; "" = the run's workdir, or nothing written.
-  cfg.every_steps = 10  # How often the training loop evaluates (AZR: test_freq=10).
-  cfg.math_timeout_s = 3.0  # Per item, as AZR's pebble timeout.
-  cfg.code_timeout_s = 10.0  # Per CRUXEval job (AZR's executor timeout).
-  cfg.lcb_timeout_s = 6.0  # Per LiveCodeBench test.
-  cfg.num_workers = 0  # Checker processes; 0 = automatic.
-  cfg.progress = True
-  return cfg
+# The eval block's defaults live with the other config defaults (config_base); re-exported here.
+default_eval_config = eval_config
 
 
 def _with_defaults(eval_config) -> ml_collections.ConfigDict:

@@ -1,4 +1,4 @@
-"""Evaluation prompts and answer extraction, as AZR's evaluation uses them (notes §6).
+"""Evaluation prompts and answer extraction, as AZR's evaluation uses them (docs/paper_settings.md §6).
 
 Prompt styles (config.eval.prompt_style), chosen per model family:
   "azr"        AZR self-play models: the R1-style wrapper as the user turn; code tasks end in

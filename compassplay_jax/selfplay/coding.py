@@ -1,6 +1,6 @@
-"""One step of coding self-play, AZR's schedule (../shared/notes/azr-coding-selfplay.md §5.1, §10).
+"""One step of coding self-play, AZR's schedule (docs/paper_settings.md §5.1, §10).
 
-For each task type (abduction, deduction, induction):
+For the task types (abduction, deduction, induction), each phase one batch over all of them:
   1. the solver batch is drawn from the buffer first (AZR: solvers train on tasks proposed earlier);
   2. proposer prompts with K references -> generate -> validate in the sandbox;
   3. n solver samples per valid proposal -> solve rates;
@@ -8,39 +8,52 @@ For each task type (abduction, deduction, induction):
      candidate and the external reference gradient; difficulty, novelty_only, plain cos selectable);
   5. valid proposals join the buffer;
   6. solver rollouts on the solver batch -> verified in the sandbox -> AZR's solver rewards.
-The rows of all (type, role) groups then get TRR++ advantages and make one policy update.
+The stages (plan, propose, verify, rows) plug into selfplay/step.py, which runs them in that order
+with the shared reward stage (gate, g_ref, cosines, proposer rewards) between verify and rows; the
+rows of all (type, role) groups then get TRR++ advantages and make one policy update (step.update).
 
 g(x̃) is taken on the FIRST correct sample (lowest sample index) among the n solve-rate samples of
 x̃: the sequence (solver prompt, that completion), loss on the completion tokens.
 """
 from __future__ import annotations
 
+import dataclasses
+import importlib.resources
+import pathlib
 import random
-import time
 from typing import Any
 
+import jax
 import numpy as np
 
 from compassplay_jax.domains.coding import buffers as buffers_lib
-from compassplay_jax.domains.coding import checking, parsing, prompts, tasks, validation
+from compassplay_jax.domains.coding import checking, parsing, prompts, tasks, validation, verdict_stats
 from compassplay_jax.domains.coding.rewards_table import TABLES
+from compassplay_jax.errors import InputNotFound
 from compassplay_jax.metrics import histogram
+from compassplay_jax.models.config import ConfigError
 from compassplay_jax.rewards import novelty
-from compassplay_jax.rewards.proposer_rewards import proposer_rewards
-from compassplay_jax.selfplay import alignment
+from compassplay_jax.selfplay import alignment, compact_prompts, rollout, sequences, summary
+from compassplay_jax.selfplay import step as step_lib
 from compassplay_jax.selfplay.reference_set import load_reference_set
-from compassplay_jax.sampling import generate
-from compassplay_jax.selfplay import rollout
-from compassplay_jax.selfplay.rollout import Row, reward_config, sample, sampling_config, split_key
+from compassplay_jax.selfplay.rollout import Row, reward_config, split_key
 
+BUILTIN = "builtin:"
 STOP = ("</answer>",)
 FENCE = "```"
 COS_REWARDS = ("compassplay_cos", "compassplay_cos_novelty", "cos")
 _CHAT_SUFFIX = "\nAssistant: <think>"
 
 
+PROMPT_STYLES = ("plain", "chat", "compact")
+
+
 def render(tokenizer, unwrapped: str, style: str) -> str:
-  """AZR's plain R1 wrapper (ends in "Assistant: <think>"), or the same text as a chat user turn."""
+  """AZR's plain R1 wrapper (ends in "Assistant: <think>"), the same text as a chat user turn, or
+  (compact) the bare text as a chat user turn."""
+  if style == "compact":
+    return tokenizer.apply_chat_template([{"role": "user", "content": unwrapped}], tokenize=False,
+                                         add_generation_prompt=True)
   wrapped = prompts.wrap(unwrapped)
   if style == "plain":
     return wrapped
@@ -57,30 +70,54 @@ def _task_from_json(d: dict) -> tasks.CodingTask:
   return tasks.CodingTask(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
+def seed_dir_path(seed_dir: str):
+  """builtin:NAME (a folder in compassplay_jax/data, e.g. the demo's simple programs) or a path."""
+  if seed_dir.startswith(BUILTIN):
+    path = importlib.resources.files("compassplay_jax") / "data" / seed_dir[len(BUILTIN):]
+    if not path.is_dir():
+      raise InputNotFound(f"config.coding.seed_dir: no built-in seed folder {seed_dir!r}")
+    return pathlib.Path(str(path))
+  from compassplay_jax.selfplay.reference_set import resolve_path
+  return resolve_path(seed_dir)
+
+
 def validate_config(config) -> None:
   """Checks that need no model: task types, reward name, reference file (raises one-line errors)."""
   from compassplay_jax.rewards.proposer_rewards import REWARD_FNS
   types = [t.strip() for t in config.coding.task_types.split(",") if t.strip()]
   unknown = [t for t in types if t not in tasks.TASK_TYPES]
   if unknown or not types:
-    raise ValueError(f"config.coding.task_types: unknown task type(s) {unknown} (known: {tasks.TASK_TYPES})")
+    raise ConfigError(f"config.coding.task_types: unknown task type(s) {unknown} (known: {tasks.TASK_TYPES})")
   if config.reward.name not in REWARD_FNS:
-    raise ValueError(f"config.reward.name: {config.reward.name!r} is not one of {sorted(REWARD_FNS)}")
+    raise ConfigError(f"config.reward.name: {config.reward.name!r} is not one of {sorted(REWARD_FNS)}")
+  if config.coding.seed_dir.startswith(BUILTIN):
+    seed_dir_path(config.coding.seed_dir)  # a built-in folder that does not exist: fail before loading
+  if config.coding.prompt_style not in PROMPT_STYLES:
+    raise ConfigError(f"config.coding.prompt_style: {config.coding.prompt_style!r} is not one of {PROMPT_STYLES}")
+  if config.coding.prompt_style == "compact" and set(types) - set(compact_prompts.TASK_TYPES):
+    raise ConfigError(f"config.coding.task_types: compact prompts cover {compact_prompts.TASK_TYPES} only")
   if config.reward.name in COS_REWARDS:
     load_reference_set(config.reward.reference_path, config.reward.reference_size, config.seed)
 
 
 class CodingSelfPlay:
-  """Holds the task buffers and the reference set; `collect` runs one step's rollouts and rewards."""
+  """Holds the task buffers and the reference set, and supplies the coding stages of a step.
 
-  def __init__(self, config, tokenizer, pool):
+  engine: the run's device engine (engine.py); None builds a one-device engine on the first step.
+  sampler: rollout.sample's signature (default: rollout.sample on the engine's sampler); tests pass
+  a scripted one.
+  """
+
+  PHASES = ("generate", "sandbox", "reward")
+
+  def __init__(self, config, tokenizer, pool, *, engine=None, sampler=None):
     validate_config(config)
     self.config, self.tokenizer, self.pool = config, tokenizer, pool
+    self.engine, self._sampler = engine, sampler
     self.task_types = [t.strip() for t in config.coding.task_types.split(",") if t.strip()]
     c = config.coding
     if c.seed_dir:
-      from compassplay_jax.selfplay.reference_set import resolve_path
-      self.buffers = buffers_lib.load_azr_seed_dir(resolve_path(c.seed_dir), cap=c.buffer_cap, limit=c.seed_limit)
+      self.buffers = buffers_lib.load_azr_seed_dir(seed_dir_path(c.seed_dir), cap=c.buffer_cap, limit=c.seed_limit)
     else:
       self.buffers = buffers_lib.seeded_buffers(cap=c.buffer_cap)
     self.style = config.coding.prompt_style
@@ -108,7 +145,7 @@ class CodingSelfPlay:
         buf.add(_task_from_json(task), step)
       self.buffers[t] = buf
 
-  # ---- one step --------------------------------------------------------------------------------
+  # ---- helpers of the stages ---------------------------------------------------------------------
 
   def _proposer_prompts(self, task_type, rng):
     c = self.config.coding
@@ -122,33 +159,36 @@ class CodingSelfPlay:
         references.append([program])
       else:
         refs = self.buffers[task_type].sample(c.num_references, rng)
-        texts.append(prompts.proposer_prompt(task_type, refs))
+        texts.append(compact_prompts.proposer_prompt(task_type, refs) if self.style == "compact"
+                     else prompts.proposer_prompt(task_type, refs))
         programs.append(None)
         references.append([r.program for r in refs])
     return [render(self.tokenizer, t, self.style) for t in texts], programs, references
 
-  def _propose(self, graphdef, params, task_type, prompts_text, key):
+  def _propose(self, engine, params, task_type, prompts_text, key):
     """Proposer responses -> (full response texts, per-response list of (prompt, tokens, logprobs) segments).
 
     With coding.input_scaffold (small models), decoding runs in two segments: the program after
-    coding.proposer_prefix up to its closing fence, then the scaffold (e.g. an ```input fence) and the
+    coding.proposer_prefix up to coding.segment_stop (its closing fence by default), then the scaffold (e.g. an ```input fence) and the
     input. Each segment is a sampled continuation of its own context and trains as its own row.
     """
-    c, cfg = self.config.coding, self.config
+    c = self.config.coding
     scaffolded = bool(c.input_scaffold) and task_type != tasks.INDUCTION  # induction writes inputs, not code
     prefix = c.proposer_prefix if scaffolded or task_type != tasks.INDUCTION else ""
     if not scaffolded:
-      gen = sample(graphdef, params, self.tokenizer, [p + prefix for p in prompts_text], cfg, key, stop_strings=STOP)
+      gen = self._sample(engine, params, [p + prefix for p in prompts_text], key, stop_strings=STOP)
       segments = [[(gen.prompt_tokens[j], gen.tokens[j], gen.logprobs[j], None)] for j in range(len(prompts_text))]
       return [prefix + t for t in gen.texts], segments, int(np.sum(gen.lengths))
     k1, k2 = split_key(key, 2)
-    first = sample(graphdef, params, self.tokenizer, [p + prefix for p in prompts_text], cfg, k1, stop_strings=(FENCE,))
+    stop = (c.segment_stop,)
+    first = self._sample(engine, params, [p + prefix for p in prompts_text], k1, stop_strings=stop)
     scaffold = self.tokenizer.encode(c.input_scaffold, add_special_tokens=False)
     # The second segment continues the exact token sequence (prompt, first segment, scaffold).
     contexts = [list(first.prompt_tokens[j]) + list(first.tokens[j]) + scaffold for j in range(len(prompts_text))]
-    second = generate(graphdef, params, self.tokenizer, contexts,
-                      sampling_config(cfg, stop_strings=(FENCE,)), k2, device_fns=rollout.DEVICE_FNS)
-    texts = [prefix + t1 + c.input_scaffold + t2 + "\n</answer>" for t1, t2 in zip(first.texts, second.texts)]
+    second = self._sample(engine, params, contexts, k2, stop_strings=stop)
+    # A segment that stopped elsewhere than at a fence (coding.segment_stop) gets its block closed here.
+    texts = [prefix + t1 + c.input_scaffold + t2 + ("" if t2.endswith(FENCE) else FENCE) + "\n</answer>"
+             for t1, t2 in zip(first.texts, second.texts)]
     # One training row per response: both sampled segments are targets, the scaffold between is not.
     segments = []
     for j in range(len(prompts_text)):
@@ -166,7 +206,11 @@ class CodingSelfPlay:
   def _gold_completion(self, task) -> np.ndarray:
     """Token ids of the task's gold answer written as a solver response (after the solver prefix)."""
     answer = {tasks.DEDUCTION: task.output, tasks.ABDUCTION: task.input, tasks.INDUCTION: task.program}[task.type]
-    if self.config.coding.solver_prefix:
+    c = self.config.coding
+    if c.solver_prefix and c.segment_stop != FENCE:  # a one-line answer, as the solver samples it
+      ids = self.tokenizer.encode(f"{answer}{c.segment_stop}", add_special_tokens=False)
+      return np.asarray(ids, np.int32)
+    if c.solver_prefix:
       text = f"{answer}\n```\n</answer>"
     else:
       block = {tasks.DEDUCTION: "output", tasks.ABDUCTION: "input", tasks.INDUCTION: "python"}[task.type]
@@ -174,163 +218,231 @@ class CodingSelfPlay:
     ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
     return np.asarray(ids, np.int32)
 
-  def _solve(self, graphdef, params, task_list, key, n_samples):
+  def _solve(self, engine, params, task_list, key, n_samples):
     """Solver responses (n_samples per task, task-major): (generation, full response texts)."""
     prefixes = [self._solver_prefix(t) for t in task_list]
-    prompts_text = [render(self.tokenizer, prompts.solver_prompt(t), self.style) + pre
-                    for t, pre in zip(task_list, prefixes)]
-    stops = (FENCE,) if self.config.coding.solver_prefix else STOP
-    gen = sample(graphdef, params, self.tokenizer, prompts_text, self.config, key, n_samples=n_samples,
-                 stop_strings=stops)
-    suffix = "\n</answer>" if self.config.coding.solver_prefix else ""
-    texts = [prefixes[r // n_samples] + t + suffix for r, t in enumerate(gen.texts)]
+    if self.style == "compact":  # plain few-shot text, continued by the scaffold
+      prompts_text = [compact_prompts.solver_prompt(t, self.config.coding.solver_prefix) + pre
+                      for t, pre in zip(task_list, prefixes)]
+    else:
+      prompts_text = [render(self.tokenizer, prompts.solver_prompt(t), self.style) + pre
+                      for t, pre in zip(task_list, prefixes)]
+    scaffolded = bool(self.config.coding.solver_prefix)  # the answer block is open: stop where it ends
+    stops = (self.config.coding.segment_stop,) if scaffolded else STOP
+    gen = self._sample(engine, params, prompts_text, key, n_samples=n_samples, stop_strings=stops)
+    texts = [prefixes[r // n_samples] + t + ("" if t.endswith(FENCE) else FENCE) + "\n</answer>" if scaffolded
+             else t for r, t in enumerate(gen.texts)]
     return gen, texts
 
-  def collect(self, graphdef, params, step: int, key) -> tuple[list[Row], dict[str, float]]:
-    cfg, c = self.config, self.config.coding
-    rng = random.Random(f"{cfg.seed}:{step}")
+  def _propose_all(self, engine, params, prompts_by_type: dict, key):
+    """_propose for every task type with as few generate calls as possible: types that decode the same
+    way (scaffold or not, same prefix) share one call. Returns {type: (responses, segments)}, tokens."""
+    c = self.config.coding
+    modes: dict[tuple, list[str]] = {}
+    for t in prompts_by_type:
+      scaffolded = bool(c.input_scaffold) and t != tasks.INDUCTION
+      modes.setdefault((scaffolded, scaffolded or t != tasks.INDUCTION), []).append(t)
+    out, n_tokens = {}, 0
+    for i, types in enumerate(modes.values()):
+      prompts_text = [p for t in types for p in prompts_by_type[t]]
+      responses, segments, n = self._propose(engine, params, types[0], prompts_text, jax.random.fold_in(key, i))
+      n_tokens += n
+      start = 0
+      for t in types:
+        end = start + len(prompts_by_type[t])
+        out[t] = (responses[start:end], segments[start:end])
+        start = end
+    return out, n_tokens
+
+  # ---- one step: the stages selfplay/step.py runs ---------------------------------------------------
+
+  def collect(self, graphdef, params, step: int, key, progress=None) -> tuple[list[Row], dict[str, Any]]:
+    """One step's rows and metrics (selfplay/step.collect over this setting's stages). `progress(label)`
+    is told each phase."""
+    if self.engine is None:
+      self.engine = step_lib.default_engine(graphdef, params, self.config)
+    return step_lib.collect(self, self.engine, params, step, key, progress)
+
+  def _sample(self, engine, params, prompts_in, key, **kwargs):
+    sampler = self._sampler or rollout.sample
+    return sampler(engine.graphdef, params, self.tokenizer, prompts_in, self.config, key,
+                   device_fns=engine.sampler,
+                   rollout_engine=engine.rollout_engine(self.tokenizer, self.config.sampling), **kwargs)
+
+  def plan(self, step: int) -> "CodingPlan":
+    """Host-side choices of the step, from random.Random(f"{seed}:{step}"): the solver batches (drawn
+    from the buffers as they were before this step's proposals, as AZR does) and the proposer prompts."""
+    c = self.config.coding
+    rng = random.Random(f"{self.config.seed}:{step}")
+    solver_tasks = {t: self.buffers[t].solver_batch(c.solver_tasks_per_type, rng, since_step=step - 1)
+                    for t in self.task_types}
+    prompted = {t: self._proposer_prompts(t, rng) for t in self.task_types}
+    return CodingPlan(step, solver_tasks, {t: p[0] for t, p in prompted.items()}, {t: p[1] for t, p in prompted.items()},
+                      {t: p[2] for t, p in prompted.items()})
+
+  def propose(self, engine, params, plan: "CodingPlan", key, times) -> "CodingProposals":
+    with times("generate", "generate: proposals"):
+      proposed, n_tokens = self._propose_all(engine, params, plan.prompts, key)
+    return CodingProposals({t: p[0] for t, p in proposed.items()}, {t: p[1] for t, p in proposed.items()}, n_tokens)
+
+  def verify(self, engine, params, plan: "CodingPlan", proposals: "CodingProposals", key, times) -> list:
+    """Each proposal validated in the sandbox; n solver samples per valid one -> its solve rate and the
+    solution standing for g(x̃) (the first correct sample; the gold answer when none is, s = 0)."""
+    c = self.config.coding
     opens_think = self.style == "plain"
-    metrics: dict[str, Any] = {}
-    timings = {"generate": 0.0, "sandbox": 0.0, "reward": 0.0}
+    candidates = []
+    with times("sandbox", "verify: proposals"):
+      for t in self.task_types:
+        for j, (text, program) in enumerate(zip(proposals.texts[t], plan.programs[t])):
+          ok, _, task = validation.validate_proposal(self.pool, t, text, source_program=program,
+                                                     num_inputs=c.induction_inputs)
+          candidate = step_lib.Candidate(group=t, formatted=parsing.format_ok(text, opens_think), valid=ok,
+                                         reference=EXTERNAL if self.reference is not None else None,
+                                         report_cosine=True)
+          # Jaccard to the nearest shown reference (novelty rewards): the program when valid, else the answer.
+          program_text = task.program if task else parsing.extract_answer(text)
+          candidate.jaccard = max((novelty.token_jaccard(program_text, ref, language="python")
+                                   for ref in plan.references[t][j]), default=0.0)
+          candidates.append(candidate)
+          proposals.tasks.append(task)
+          proposals.program_texts.append(program_text)
+    tasks_of = proposals.tasks
+    valid = [i for i, cand in enumerate(candidates) if cand.valid]
+    if not valid:
+      return candidates
+    with times("generate", "generate: solve rates"):
+      gen, texts = self._solve(engine, params, [tasks_of[i] for i in valid], key, c.solve_samples)
+    proposals.tokens += int(np.sum(gen.lengths))
+    with times("sandbox", "verify: solve rates"):
+      n = c.solve_samples
+      verdicts = checking.check_many(self.pool, [
+          (tasks_of[i], [checking.extract_solver_answer(tasks_of[i], x) for x in texts[v * n:(v + 1) * n]])
+          for v, i in enumerate(valid)])
+    for v, i in enumerate(valid):
+      cand = candidates[i]
+      cand.solve_rate = float(np.mean(verdicts[v]))
+      sample = v * n + verdicts[v].index(True) if any(verdicts[v]) else None
+      cand.solution = ((gen.prompt_tokens[v * n], self._gold_completion(tasks_of[i])) if sample is None
+                       else (gen.prompt_tokens[sample], gen.tokens[sample]))
+    return candidates
+
+  def references(self, plan, candidates) -> dict:
+    """The external reference set (the MATH-train gold solutions), one g_ref for every candidate."""
+    return {EXTERNAL: self.reference} if self.reference is not None else {}
+
+  @property
+  def score_options(self) -> dict:
+    cfg = self.config
+    return dict(reward_name=cfg.reward.name, reward_cfg=reward_config(cfg.reward), pad_id=self.tokenizer.pad_token_id,
+                max_len=cfg.sampling.max_prompt_tokens + cfg.reward.max_completion_tokens,
+                uses_cosine=cfg.reward.name in COS_REWARDS, fixed_rows=True, buckets=sequences.TRAIN_BUCKETS)
+
+  def rows(self, engine, params, plan: "CodingPlan", proposals: "CodingProposals", candidates, key, times):
+    """Proposer rows (one per proposal segment, its reward), the buffers updated with the valid
+    proposals, then solver rollouts on the plan's solver batches -> AZR's solver rewards."""
+    c, types = self.config.coding, self.task_types
+    opens_think = self.style == "plain"
     rows: list[Row] = []
-    g_ref = None
-    if self.reference is not None:
-      t0 = time.time()
-      g_ref = alignment.reference_gradient(graphdef, params, self.reference, cfg.reward.micro_batch_size)
-      timings["reward"] += time.time() - t0
-    keys = split_key(key, 3 * len(self.task_types))
-    all_rates, gen_tokens = [], 0
-    for i, task_type in enumerate(self.task_types):
-      k_prop, k_solve, k_pred = keys[3 * i:3 * i + 3]
-      solver_tasks = self.buffers[task_type].solver_batch(c.solver_tasks_per_type, rng, since_step=step - 1)
+    by_type = {t: [(j, cand) for j, cand in enumerate(cand for cand in candidates if cand.group == t)] for t in types}
+    flat = 0
+    for t in types:
+      for j, cand in by_type[t]:
+        for prompt_ids, tokens, logprobs, mask in proposals.segments[t][j]:
+          rows.append(Row(prompt_ids, tokens, logprobs, cand.reward, t, "proposer", completion_mask=mask))
+        if cand.valid:  # valid proposals join the buffers
+          task = proposals.tasks[flat + j]
+          self.buffers[t].add(task, plan.step)
+          if t in (tasks.DEDUCTION, tasks.ABDUCTION):  # AZR: code_i/code_o share programs
+            other = tasks.ABDUCTION if t == tasks.DEDUCTION else tasks.DEDUCTION
+            if other not in types:
+              self.buffers[other].add(tasks.CodingTask(**{**task.__dict__, "type": other}), plan.step)
+      flat += len(by_type[t])
 
-      # 2. proposals
-      prop_prompts, programs, references = self._proposer_prompts(task_type, rng)
-      t0 = time.time()
-      responses, segments, n_tokens = self._propose(graphdef, params, task_type, prop_prompts, k_prop)
-      timings["generate"] += time.time() - t0
-      gen_tokens += n_tokens
-      t0 = time.time()
-      outcomes = [validation.validate_proposal(self.pool, task_type, text, source_program=prog,
-                                               num_inputs=c.induction_inputs)
-                  for text, prog in zip(responses, programs)]
-      formats = [parsing.format_ok(text, opens_think) for text in responses]
-      timings["sandbox"] += time.time() - t0
-      valid_idx = [j for j, (ok, _, _) in enumerate(outcomes) if ok]
+    batch = [(t, task) for t in types for task in plan.solver_tasks[t]]
+    solver_rewards = {t: [] for t in types}
+    if batch:
+      with times("generate", "generate: solver rollouts"):
+        pred, pred_texts = self._solve(engine, params, [task for _, task in batch], key, 1)
+      proposals.tokens += int(np.sum(pred.lengths))
+      with times("sandbox", "verify: solver rollouts"):
+        verdicts = checking.check_many(self.pool, [(task, [checking.extract_solver_answer(task, text)])
+                                                   for (_, task), text in zip(batch, pred_texts)])
+      for r, ((t, _), text) in enumerate(zip(batch, pred_texts)):
+        reward = self.table.solver(parsing.format_ok(text, opens_think), verdicts[r][0])
+        solver_rewards[t].append(reward)
+        rows.append(Row(pred.prompt_tokens[r], pred.tokens[r], pred.logprobs[r], reward, t, "solver"))
+    return rows, self._metrics(plan, proposals, candidates, by_type, solver_rewards, times)
 
-      # 3. solve rates from n solver samples per valid proposal
-      rates = np.zeros(len(outcomes), np.float32)
-      first_correct: dict[int, int] = {}
-      solve_gen = None
-      if valid_idx:
-        t0 = time.time()
-        solve_gen, solve_texts = self._solve(graphdef, params, [outcomes[j][2] for j in valid_idx], k_solve,
-                                             c.solve_samples)
-        timings["generate"] += time.time() - t0
-        gen_tokens += int(np.sum(solve_gen.lengths))
-        t0 = time.time()
-        items = []
-        for v, j in enumerate(valid_idx):
-          task = outcomes[j][2]
-          texts = solve_texts[v * c.solve_samples:(v + 1) * c.solve_samples]
-          items.append((task, [checking.extract_solver_answer(task, t) for t in texts]))
-        verdicts = checking.check_many(self.pool, items)
-        timings["sandbox"] += time.time() - t0
-        for v, j in enumerate(valid_idx):
-          rates[j] = float(np.mean(verdicts[v]))
-          if any(verdicts[v]):
-            first_correct[j] = v * c.solve_samples + verdicts[v].index(True)
-      all_rates += [float(rates[j]) for j in valid_idx]
-
-      # 4. proposer rewards
-      t0 = time.time()
-      valid = np.asarray([ok for ok, _, _ in outcomes])
-      eligible = [j for j in valid_idx if 0.0 < rates[j] < 1.0]
-      cosines = np.zeros(len(outcomes), np.float32)
-      # Every valid candidate gets g(x) from a solution: its first correct solver sample, or, when no
-      # sample is correct (s = 0, never rewarded), the gold answer written in the solver's format.
-      # Only eligible candidates' cosines enter rewards; the rest are reported (cos_valid_mean).
-      if g_ref is not None and valid_idx:
-        sol_prompts, sol_tokens = [], []
-        for v, j in enumerate(valid_idx):
-          if j in first_correct:
-            sol_prompts.append(solve_gen.prompt_tokens[first_correct[j]])
-            sol_tokens.append(solve_gen.tokens[first_correct[j]])
-          else:
-            sol_prompts.append(solve_gen.prompt_tokens[v * c.solve_samples])
-            sol_tokens.append(self._gold_completion(outcomes[j][2]))
-        cos = alignment.candidate_cosines(
-            graphdef, params, g_ref, sol_prompts, sol_tokens, self.tokenizer.pad_token_id,
-            method=cfg.reward.method, chunk_size=cfg.reward.chunk_size, micro_batch=cfg.reward.micro_batch_size,
-            max_len=cfg.sampling.max_prompt_tokens + cfg.reward.max_completion_tokens)
-        cosines[valid_idx] = cos["cosines"]
-        metrics[f"{task_type}/cos_valid_mean"] = float(np.mean(cos["cosines"]))
-        if eligible:
-          metrics[f"{task_type}/cos_eligible_mean"] = float(np.mean(cosines[eligible]))
-      candidates = [outcomes[j][2].program if outcomes[j][2] else parsing.extract_answer(t)
-                    for j, t in enumerate(responses)]
-      jaccard = np.asarray([max((novelty.token_jaccard(cand, ref, language="python") for ref in refs), default=0.0)
-                            for cand, refs in zip(candidates, references)], np.float32)
-      rewards = np.asarray(proposer_rewards(
-          cfg.reward.name, cosines=cosines, solve_rates=rates, valid=valid, well_formatted=np.asarray(formats),
-          jaccard_to_seed=jaccard, config=reward_config(cfg.reward)), np.float32)
-      timings["reward"] += time.time() - t0
-      for j in range(len(outcomes)):
-        for prompt_ids, tokens, logprobs, mask in segments[j]:
-          rows.append(Row(prompt_ids, tokens, logprobs, float(rewards[j]), task_type, "proposer",
-                          completion_mask=mask))
-
-      # 5. buffers
-      for j in valid_idx:
-        task = outcomes[j][2]
-        self.buffers[task_type].add(task, step)
-        if task_type in (tasks.DEDUCTION, tasks.ABDUCTION):  # AZR: code_i/code_o share programs
-          other = tasks.ABDUCTION if task_type == tasks.DEDUCTION else tasks.DEDUCTION
-          if other not in self.task_types:
-            self.buffers[other].add(tasks.CodingTask(**{**task.__dict__, "type": other}), step)
-
-      # 6. solver rollouts
-      solver_rewards = []
-      if solver_tasks:
-        t0 = time.time()
-        pred, pred_texts = self._solve(graphdef, params, solver_tasks, k_pred, 1)
-        timings["generate"] += time.time() - t0
-        gen_tokens += int(np.sum(pred.lengths))
-        t0 = time.time()
-        verdicts = checking.check_many(self.pool, [(t, [checking.extract_solver_answer(t, text)])
-                                                   for t, text in zip(solver_tasks, pred_texts)])
-        timings["sandbox"] += time.time() - t0
-        for r, (t, text) in enumerate(zip(solver_tasks, pred_texts)):
-          reward = self.table.solver(parsing.format_ok(text, opens_think), verdicts[r][0])
-          solver_rewards.append(reward)
-          rows.append(Row(pred.prompt_tokens[r], pred.tokens[r], pred.logprobs[r], reward, task_type, "solver"))
-
-      n = len(outcomes)
-      metrics[f"{task_type}/valid_rate"] = len(valid_idx) / max(n, 1)
-      metrics[f"{task_type}/format_rate"] = float(np.mean(formats)) if formats else 0.0
-      metrics[f"{task_type}/in_band_rate"] = len(eligible) / max(n, 1)
-      metrics[f"{task_type}/reward_proposer"] = float(np.mean(rewards)) if n else 0.0
-      metrics[f"{task_type}/reward_solver"] = float(np.mean(solver_rewards)) if solver_rewards else 0.0
-      metrics[f"{task_type}/solver_accuracy"] = float(np.mean([r == self.table.solver_right for r in solver_rewards])) \
-          if solver_rewards else 0.0
-      metrics[f"{task_type}/buffer_size"] = len(self.buffers[task_type])
+  def _metrics(self, plan, proposals, candidates, by_type, solver_rewards, times) -> dict[str, Any]:
+    types, cfg = self.task_types, self.config
+    scored = self.reference is not None
+    metrics: dict[str, Any] = {}
+    records, flat = [], 0
+    for t in types:
+      group = [cand for _, cand in by_type[t]]
+      n = len(group)
+      valid = [cand for cand in group if cand.valid]
+      in_band = [cand for cand in valid if 0.0 < cand.solve_rate < 1.0]
+      if scored and valid:
+        metrics[f"{t}/cos_valid_mean"] = float(np.mean([cand.cosine or 0.0 for cand in valid]))
+        if in_band:
+          metrics[f"{t}/cos_eligible_mean"] = float(np.mean([cand.cosine or 0.0 for cand in in_band]))
+      records += [{"type": t, "solve_rate": cand.solve_rate, "cosine": cand.cosine if scored and cand.valid else None,
+                   "reward": cand.reward, "valid": cand.valid, "in_band": cand.eligible,
+                   "paid_by": (("cosine" if cfg.reward.name in COS_REWARDS else cfg.reward.name)
+                               if cand.eligible and cand.formatted else "gate")} for cand in group]
+      metrics[f"{t}/in_band_rate"] = len(in_band) / max(n, 1)
+      metrics[f"{t}/valid_rate"] = len(valid) / max(n, 1)
+      metrics[f"{t}/format_rate"] = float(np.mean([cand.formatted for cand in group])) if group else 0.0
+      metrics[f"{t}/reward_proposer"] = float(np.mean([cand.reward for cand in group])) if n else 0.0
+      metrics[f"{t}/reward_solver"] = float(np.mean(solver_rewards[t])) if solver_rewards[t] else 0.0
+      metrics[f"{t}/solver_accuracy"] = (float(np.mean([r == self.table.solver_right for r in solver_rewards[t]]))
+                                         if solver_rewards[t] else 0.0)
+      metrics[f"{t}/buffer_size"] = len(self.buffers[t])
+      valid_idx = [j for j, cand in by_type[t] if cand.valid]
       novelty_stats = novelty.batch_novelty_metrics(
-          [candidates[j] for j in valid_idx], [references[j][0] if references[j] else "" for j in valid_idx], "python")
-      metrics[f"{task_type}/copy_rate"] = novelty_stats["copy_rate"]
-      metrics[f"{task_type}/rename_rate"] = novelty_stats["rename_rate"]
-
-    metrics["valid_rate"] = float(np.mean([metrics[f"{t}/valid_rate"] for t in self.task_types]))
-    metrics["in_band_rate"] = float(np.mean([metrics[f"{t}/in_band_rate"] for t in self.task_types]))
-    metrics["reward/proposer"] = float(np.mean([metrics[f"{t}/reward_proposer"] for t in self.task_types]))
-    metrics["reward/solver"] = float(np.mean([metrics[f"{t}/reward_solver"] for t in self.task_types]))
-    metrics["copy_rate"] = float(np.mean([metrics[f"{t}/copy_rate"] for t in self.task_types]))
-    metrics["rename_rate"] = float(np.mean([metrics[f"{t}/rename_rate"] for t in self.task_types]))
-    cos_means = [metrics[f"{t}/cos_valid_mean"] for t in self.task_types if f"{t}/cos_valid_mean" in metrics]
+          [proposals.program_texts[flat + j] for j in valid_idx],
+          [plan.references[t][j][0] if plan.references[t][j] else "" for j in valid_idx], "python")
+      metrics[f"{t}/copy_rate"] = novelty_stats["copy_rate"]
+      metrics[f"{t}/rename_rate"] = novelty_stats["rename_rate"]
+      flat += n
+    for name in ("valid_rate", "in_band_rate", "copy_rate", "rename_rate"):
+      metrics[name] = float(np.mean([metrics[f"{t}/{name}"] for t in types]))
+    metrics["reward/proposer"] = float(np.mean([metrics[f"{t}/reward_proposer"] for t in types]))
+    metrics["reward/solver"] = float(np.mean([metrics[f"{t}/reward_solver"] for t in types]))
+    cos_means = [metrics[f"{t}/cos_valid_mean"] for t in types if f"{t}/cos_valid_mean" in metrics]
     if cos_means:
       metrics["cos_valid_mean"] = float(np.mean(cos_means))
-    metrics["solve_rate_histogram"] = histogram(all_rates)
-    metrics["tokens/generated"] = gen_tokens
-    for name, seconds in timings.items():
-      metrics[f"time/{name}"] = seconds
-    metrics["tokens_per_s"] = gen_tokens / max(timings["generate"], 1e-9)
-    return rows, metrics
+    metrics["solve_rate_histogram"] = histogram([cand.solve_rate for cand in candidates if cand.valid])
+    metrics["candidates"] = records
+    metrics["in_band_count"] = sum(r["in_band"] for r in records)
+    metrics["cos_paid_count"] = sum(r["paid_by"] == "cosine" for r in records)
+    metrics["cos_share"] = summary.cosine_share(records)
+    # Why proposals were invalid and checks failed, counted by validation/checking (never raised).
+    metrics.update({f"verdicts/{k}": v for k, v in verdict_stats.snapshot(reset=True).items()})
+    metrics["tokens/generated"] = proposals.tokens
+    metrics["tokens_per_s"] = proposals.tokens / max(times.seconds.get("generate", 0.0), 1e-9)
+    return metrics
+
+
+EXTERNAL = "external"  # the coding setting's one reference: the MATH-train gold solutions
+
+
+@dataclasses.dataclass
+class CodingPlan:
+  """The step's host-side choices (selfplay/step.py's `plan` stage)."""
+  step: int
+  solver_tasks: dict[str, list]          # type -> tasks the solver answers this step
+  prompts: dict[str, list[str]]          # type -> proposer prompts (rendered)
+  programs: dict[str, list]              # type -> the source program shown (induction) or None
+  references: dict[str, list[list[str]]]  # type -> per prompt, the reference programs it shows
+
+
+@dataclasses.dataclass
+class CodingProposals:
+  """What the proposer wrote (the `propose` stage), completed by `verify`."""
+  texts: dict[str, list[str]]            # type -> full response texts
+  segments: dict[str, list]              # type -> per response, its training segments
+  tokens: int                            # tokens generated so far this step
+  tasks: list = dataclasses.field(default_factory=list)          # per candidate: the validated task or None
+  program_texts: list = dataclasses.field(default_factory=list)  # per candidate: program (or answer) text

@@ -6,85 +6,36 @@ import pathlib
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import tqdm
 from flax import nnx
 
-from compassplay_jax.checkpoint import CheckpointError, CheckpointManager
-from compassplay_jax.metrics import MetricsWriter, summary_line, truncate_metrics
+from compassplay_jax.checkpoint import CheckpointManager
+from compassplay_jax.metrics import MetricsWriter, last_value, read_metrics, summary_line, truncate_metrics
 from compassplay_jax.models.config import ConfigError
-from compassplay_jax.models.safetensors_io import CheckpointError as WeightsError
-from compassplay_jax.rl.train_step import TrainConfig, init_train_state, make_train_step
-from compassplay_jax.selfplay.reference_set import ReferenceSetError
-from compassplay_jax.selfplay.rollout import rows_to_batch
+from compassplay_jax import compile_cache, config_base
+from compassplay_jax.engine import Engine, EngineSettings
+from compassplay_jax.model_setup import build_model, restore_params  # noqa: F401  (used by tests and tools)
+from compassplay_jax.rl.train_step import TrainConfig
+from compassplay_jax.selfplay import step as step_lib
 
 SETTINGS = ("coding", "lean")
 
-
-from compassplay_jax.verifiers.lean_repl import LeanSetupError
-
-# Errors that mean "bad input" (config, checkpoint, data files, missing Lean): printed as one line.
-USER_ERRORS = (ConfigError, WeightsError, CheckpointError, ReferenceSetError, LeanSetupError, FileNotFoundError,
-               ValueError)
-
 SUMMARY_KEYS = [("proposer", "reward/proposer"), ("solver", "reward/solver"), ("valid", "valid_rate"),
-                ("in-band", "in_band_rate"), ("cos", "cos_valid_mean"), ("coverage", "coverage"), ("loss", "train/loss"),
+                ("in-band", "in_band_rate"), ("cos-paid", "cos_paid_count"), ("cos share", "cos_share"),
+                ("cos", "cos_valid_mean"), ("coverage", "coverage"), ("loss", "train/loss"),
                 ("tok/s", "tokens_per_s"), ("s", "time/step")]
 
 
-def build_model(config, mesh=None):
-  """(model, tokenizer) for config.model: a HF directory, a .gguf file, "smollm2-135m", or "tiny".
-
-  With a multi-device mesh, a Hugging Face checkpoint is read straight into its sharded layout (each
-  device's slice from the file); other sources are loaded, then placed by the partition rules.
-  """
-  from compassplay_jax import load_model
-  from compassplay_jax import sharding as sh
-  m = config.model
-  if mesh is not None and mesh.size > 1:
-    model, tokenizer = build_model(config) if not pathlib.Path(m.path).is_dir() else (None, None)
-    if model is None:
-      from compassplay_jax.models.config import ModelConfig
-      head_dim = ModelConfig.from_hf_dir(m.path).head_dim
-      model, tokenizer = load_model(m.path, dtype=m.dtype, param_dtype=m.param_dtype,
-                                    shardings=sh.loader_shardings(mesh, head_dim))
-    else:
-      graphdef, params = nnx.split(model)
-      model = nnx.merge(graphdef, sh.shard_params(params, mesh, model.config.head_dim))
-    if m.remat:
-      model.config = model.config.replace(remat=True)
-    return model, tokenizer
-  if not m.path:
-    raise ConfigError("config.model.path: empty; set it to a Hugging Face checkpoint directory "
-                      "(e.g. --config.model.path=/models/Qwen2.5-Coder-7B)")
-  if m.path == "tiny":
-    from compassplay_jax.models.config import ModelConfig
-    from compassplay_jax.models.decoder import init_decoder
-    from compassplay_jax.models.gguf_io import embedded_gguf_path, load_gguf_tokenizer
-    tokenizer = load_gguf_tokenizer(embedded_gguf_path())
-    cfg = ModelConfig(model_type="llama", vocab_size=len(tokenizer), hidden_size=m.tiny_hidden_size,
-                      intermediate_size=2 * m.tiny_hidden_size, num_hidden_layers=m.tiny_layers,
-                      num_attention_heads=m.tiny_heads, num_key_value_heads=m.tiny_kv_heads, tie_word_embeddings=True,
-                      dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat)
-    return init_decoder(cfg, seed=config.seed), tokenizer
-  model, tokenizer = load_model(m.path, dtype=m.dtype, param_dtype=m.param_dtype)
-  if m.remat:
-    model.config = model.config.replace(remat=True)
-  return model, tokenizer
-
-
 def train_config(config) -> TrainConfig:
-  t = config.train
-  return TrainConfig(learning_rate=t.learning_rate, schedule=t.schedule, warmup_steps=t.warmup_steps,
-                     total_steps=config.steps, b1=t.b1, b2=t.b2, weight_decay=t.weight_decay, grad_clip=t.grad_clip,
-                     micro_batch_size=t.micro_batch_size, clip_eps_low=t.clip_eps_low, clip_eps_high=t.clip_eps_high,
-                     entropy_coef=t.entropy_coef, kl_coef=t.kl_coef,
-                     temperature=config.sampling.temperature if config.sampling.temperature > 0 else 1.0)
+  """config.train's TrainConfig fields, plus the run length and the sampler's temperature (greedy: 1)."""
+  return EngineSettings.from_config(config).train
 
 
-def make_setting(config, tokenizer, *, validate_only: bool = False):
-  """The setting's self-play object (opens its sandbox or Lean pool). With validate_only, checks the
-  config and data files without starting anything."""
+def make_setting(config, tokenizer, engine=None, *, validate_only: bool = False):
+  """The setting's self-play object (opens its sandbox or Lean pool), running its device work through
+  `engine`. With validate_only, checks the config and data files without starting anything."""
   if config.setting not in SETTINGS:
     raise ConfigError(f"config.setting: {config.setting!r} is not one of {SETTINGS}")
   if config.setting == "coding":
@@ -94,77 +45,97 @@ def make_setting(config, tokenizer, *, validate_only: bool = False):
     from compassplay_jax.verifiers.sandbox import SandboxLimits, SandboxPool
     pool = SandboxPool(num_workers=config.sandbox.num_workers or None,
                        limits=SandboxLimits(timeout_s=config.sandbox.timeout_s))
-    return coding.CodingSelfPlay(config, tokenizer, pool)
+    return coding.CodingSelfPlay(config, tokenizer, pool, engine=engine)
   from compassplay_jax.selfplay import lean
   if validate_only:
     return lean.validate_config(config)
-  return lean.LeanSelfPlay(config, tokenizer)
+  return lean.LeanSelfPlay(config, tokenizer, engine=engine)
 
 
 def run(config, workdir: pathlib.Path) -> dict:
   """Trains for config.steps steps in workdir, resuming from its latest checkpoint. Returns the last metrics."""
   from compassplay_jax import distributed
   from compassplay_jax import sharding as sh
-  from compassplay_jax.selfplay import rollout
+  # Multi-host: join the run before anything asks JAX about processes or devices.
+  distributed.initialize()  # from COMPASSPLAY_* variables; a no-op on one host
   t_start = time.time()
   workdir = pathlib.Path(workdir)
   # Everything that can be wrong with the input is checked before any model is loaded.
+  from compassplay_jax.data.paths import prepare_config
+  prepare_config(config)  # data: paths -> files in the data directory; missing ones name their fetch command
+  config_base.check_config(config)
   make_setting(config, None, validate_only=True)
+  compile_cache.enable(config.compile_cache_dir)  # before anything compiles
+  compiles = compile_cache.CompileStats()
   ckpt_dir = workdir / "checkpoints"
   workdir.mkdir(parents=True, exist_ok=True)
   if jax.process_index() == 0:
     (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
   print(f"[compassplay] {config.setting}:{config.variant} -> {workdir}", flush=True)
 
-  distributed.initialize()  # multi-host from COMPASSPLAY_* variables; a no-op on one host
+  from compassplay_jax.backend import describe_backend
+  print(f"[compassplay] {describe_backend()}", flush=True)
   mesh = sh.make_mesh(config.mesh)
   if mesh.size > 1:
-    if config.train.micro_batch_size % sh.batch_divisor(mesh):
-      raise ConfigError(f"config.train.micro_batch_size={config.train.micro_batch_size} is not a multiple of "
-                        f"data*fsdp={sh.batch_divisor(mesh)}")
     print(f"[compassplay] mesh {sh.mesh_summary(mesh)}", flush=True)
-    rollout.DEVICE_FNS = sh.ShardedSampler(mesh)
   model, tokenizer = build_model(config, mesh)
-  setting = make_setting(config, tokenizer)
+  graphdef, params = nnx.split(model)
+  del model
+  # Every compiled device function of the run, with its shardings; micro-batches rounded to the mesh.
+  engine = Engine.build(graphdef, params, mesh, EngineSettings.from_config(config))
+  if engine.settings.train.micro_batch_size != config.train.micro_batch_size:
+    print(f"[compassplay] train micro-batch {config.train.micro_batch_size} -> "
+          f"{engine.settings.train.micro_batch_size} rows (a multiple of data*fsdp)", flush=True)
+  setting = make_setting(config, tokenizer, engine)
   try:
-    graphdef, params = nnx.split(model)
-    del model
-    tcfg = train_config(config)
-    params, opt_state = init_train_state(params, tcfg)
-    train_step = None  # built on the first batch (its shardings need the batch's structure)
+    # The KL term's frozen reference policy: the initial params, laid out like the policy (kept apart
+    # from them, which the train step donates).
+    ref_params = engine.place_params(jax.tree.map(jnp.copy, params)) if config.train.kl_coef > 0 else None
+    params, opt_state = engine.init_train_state(params)
     manager = CheckpointManager(ckpt_dir, keep=config.checkpoint.keep, save_every=config.checkpoint.every_steps)
     key = jax.random.key(config.seed)
     start = 0
     if manager.latest_step() is not None:
       start, params, opt_state, key, extra = manager.restore(params=params, opt_state=opt_state)
       setting.load_state_dict(extra["selfplay"])
-      truncate_metrics(workdir, start)
       print(f"[compassplay] resumed from step {start}", flush=True)
+    if jax.process_index() == 0:
+      # Steps logged after the last checkpoint (or before the first one) are run again: drop them.
+      truncate_metrics(workdir, start)
     writer = MetricsWriter(workdir, enabled=jax.process_index() == 0)
+    accelerator_s_total = last_value(workdir, "cost/accelerator_s_total") if start else 0.0
     eval_items = None
     metrics = {}
     bar = tqdm.tqdm(range(start + 1, config.steps + 1), initial=start, total=config.steps, desc="self-play",
                     unit="step", dynamic_ncols=True, disable=None)
+    max_len = config.sampling.max_prompt_tokens + config.sampling.max_new_tokens
     for step in bar:
       t0 = time.time()
+      compiled_before = compiles.totals()
       key, k_collect, k_train = jax.random.split(key, 3)
-      rows, metrics = setting.collect(graphdef, params, step, k_collect)
+      # propose -> verify -> reward (the setting's stages, selfplay/step.py)
+      rows, metrics = setting.collect(graphdef, params, step, k_collect, progress=bar.set_postfix_str)
       metrics = dict(metrics)
       if rows:
-        batch = rows_to_batch(rows, tokenizer.pad_token_id, config.train.micro_batch_size,
-                              max_len=config.sampling.max_prompt_tokens + config.sampling.max_new_tokens)
+        # advantages -> update. A setting may split its rows into several optimizer steps (Lean: SGS's
+        # one epoch at batch 32); with micro_batch_tokens > 0 rows are packed by their real length.
+        bar.set_postfix_str("update")
+        chunks = setting.train_batches(rows, step) if hasattr(setting, "train_batches") else [rows]
         t1 = time.time()
-        if train_step is None:
-          train_step = (sh.jit_train_step(graphdef, tcfg, mesh, params, opt_state, batch) if mesh.size > 1
-                        else make_train_step(graphdef, tcfg))
-        params, opt_state, train_metrics = train_step(params, opt_state, batch, k_train)
-        metrics.update({f"train/{k}": float(v) for k, v in jax.device_get(train_metrics).items()})
+        params, opt_state, train_metrics = step_lib.update(
+            engine, params, opt_state, chunks, k_train, pad_id=tokenizer.pad_token_id, max_len=max_len,
+            token_budget=config.train.micro_batch_tokens, ref_params=ref_params)
+        metrics.update(train_metrics)
         metrics["time/update"] = time.time() - t1
-        metrics["tokens/trained"] = int(batch["loss_mask"].sum())
-        metrics["rows"] = len(rows)
       metrics["time/step"] = time.time() - t0
+      # The cost axis of the reports: wall time x devices (docs/experiments.md); eval time not included.
+      metrics["cost/accelerator_s"] = metrics["time/step"] * jax.device_count()
+      accelerator_s_total += metrics["cost/accelerator_s"]
+      metrics["cost/accelerator_s_total"] = accelerator_s_total
+      compiled_after = compiles.totals()
+      metrics.update({k: compiled_after[k] - compiled_before[k] for k in compiled_after})
       if config.eval.every_steps and step % config.eval.every_steps == 0:
-        eval_items = _evaluate(config, graphdef, params, tokenizer, step, workdir, eval_items, metrics)
+        eval_items = _evaluate(config, engine, params, tokenizer, step, workdir, eval_items, metrics)
       writer.write(step, metrics)
       manager.save(step, params, opt_state, key, {"selfplay": setting.state_dict(), "step": step},
                    force=step == config.steps)
@@ -178,19 +149,18 @@ def run(config, workdir: pathlib.Path) -> dict:
              "workdir": str(workdir), "last_metrics": {k: v for k, v in metrics.items() if not isinstance(v, list)}}
   distributed.write_text(workdir / "summary.json", json.dumps(summary, indent=2, default=float))
   print(_final_summary(summary), flush=True)
+  if jax.process_index() == 0:
+    print(_proposer_summary(workdir), flush=True)
   return metrics
 
 
-def _evaluate(config, graphdef, params, tokenizer, step, workdir, items, metrics):
-  """Greedy evaluation through the harness; adds eval/<benchmark> accuracies to metrics."""
+def _evaluate(config, engine, params, tokenizer, step, workdir, items, metrics):
+  """Greedy evaluation through the harness (the engine's sampler); adds eval/<benchmark> accuracies."""
   from compassplay_jax.evals import harness
-  from compassplay_jax.sampling import SamplingConfig, generate
   items = items if items is not None else harness.load_items(config.eval)
-  sampling = SamplingConfig(temperature=0.0, max_new_tokens=config.eval.max_new_tokens,
-                            micro_batch_size=config.eval.batch_size)
 
   def generate_fn(prompts):
-    return generate(graphdef, params, tokenizer, list(prompts), sampling, 0).texts
+    return engine.greedy_texts(params, tokenizer, prompts, config.eval.max_new_tokens, config.eval.batch_size)
 
   results = harness.evaluate(generate_fn, tokenizer, items, eval_config=config.eval, step=step, workdir=str(workdir))
   for name, result in results.get("benchmarks", {}).items():
@@ -210,10 +180,12 @@ def _final_summary(summary) -> str:
   return "\n".join(lines)
 
 
-def restore_params(checkpoint_dir, step: int, params):
-  """The params of a training checkpoint (optimizer state not needed), restored into `params`' layout."""
-  tcfg = TrainConfig()
-  params, opt_state = init_train_state(params, tcfg)
-  with CheckpointManager(checkpoint_dir, create=False) as manager:
-    _, restored, _, _, _ = manager.restore(step=step, params=params, opt_state=opt_state)
-  return restored
+def _proposer_summary(workdir: pathlib.Path) -> str:
+  """The last step's candidates as a table and the PNG of cosines and proposer rates (coding runs)."""
+  from compassplay_jax.selfplay import summary as proposer
+  records = read_metrics(workdir)
+  last = next((r for r in reversed(records) if r.get("candidates")), None)
+  if last is None:
+    return ""
+  png = proposer.write_png(workdir / proposer.PNG_NAME, records)
+  return f"{proposer.candidate_table(last['step'], last['candidates'])}\n  plot: {png}"

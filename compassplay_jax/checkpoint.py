@@ -12,6 +12,8 @@ is committed, keeping the last `keep`.
 """
 from __future__ import annotations
 
+import json
+
 import pathlib
 from typing import Any
 
@@ -80,7 +82,9 @@ class CheckpointManager:
         params=ocp.args.StandardSave(params),
         opt_state=ocp.args.StandardSave(opt_state),
         meta=ocp.args.JsonSave(_key_meta(rng_key)),
-        extra=ocp.args.JsonSave(extra_json))
+        # A snapshot: with async_save the write happens after the caller has moved on and mutated
+        # its buffers and metrics; also fails here, in the caller, on anything not JSON-serializable.
+        extra=ocp.args.JsonSave(json.loads(json.dumps(extra_json))))
     return bool(self._manager.save(step, args=args, force=True))
 
   def all_steps(self) -> list[int]:

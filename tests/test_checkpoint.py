@@ -69,3 +69,20 @@ def test_missing_directory_is_a_one_line_error(tmp_path):
   assert not missing.exists()
   with CheckpointManager(tmp_path / "empty") as manager, pytest.raises(CheckpointError, match="no checkpoint in"):
     manager.restore()
+
+
+def test_async_save_keeps_the_extra_json_as_it_was_at_save_time(tmp_path):
+  # The run loop mutates its buffers and metrics list right after `save` returns; an async write
+  # must still hold the state of the step it was asked to save (else a resume repeats entries).
+  params, opt_state = _state()
+  key = jax.random.key(3)
+  extra = {"metrics": [{"step": 1}], "buffers": {"code_o": [{"snippet": "a"}]}}
+  want = {"metrics": [{"step": 1}], "buffers": {"code_o": [{"snippet": "a"}]}}
+  with CheckpointManager(tmp_path / "ckpt", async_save=True) as manager:
+    assert manager.save(1, params, opt_state, key, extra)
+    for i in range(2, 200):  # what the next steps do while the write is in flight
+      extra["metrics"].append({"step": i})
+      extra["buffers"]["code_o"].append({"snippet": str(i)})
+    manager.wait_until_finished()
+    _, _, _, _, got = manager.restore(params=params, opt_state=opt_state)
+  assert got == want

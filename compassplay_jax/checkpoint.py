@@ -13,7 +13,6 @@ is committed, keeping the last `keep`.
 from __future__ import annotations
 
 import json
-
 import pathlib
 from typing import Any
 

@@ -50,6 +50,11 @@ class ModelConfig:
   param_dtype: str = "float32"
   dtype: str = "float32"  # compute dtype
   remat: bool = False  # recompute each block's activations in the backward pass
+  # Memory-bounded attention: > 0 computes full-sequence attention (training, reference gradient,
+  # cosines, prefill) in blocks of this many queries, each block's fp32 scores (B, heads, chunk, S)
+  # recomputed in the backward pass, so temporaries scale with chunk x S instead of T x S. 0 (or a
+  # query length <= chunk, e.g. one decode step) = plain attention. Same results (docs/model.md).
+  attention_query_chunk: int = 0
 
   def __post_init__(self):
     if self.model_type not in SUPPORTED_MODEL_TYPES:
@@ -59,6 +64,8 @@ class ModelConfig:
     if self.num_attention_heads % self.num_key_value_heads:
       raise ConfigError(f"num_attention_heads={self.num_attention_heads} is not a multiple of "
                         f"num_key_value_heads={self.num_key_value_heads}")
+    if self.attention_query_chunk < 0:
+      raise ConfigError(f"attention_query_chunk={self.attention_query_chunk} is negative (0 = plain attention)")
     if self.head_dim is None:
       object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
 

@@ -69,7 +69,8 @@ class Attention(nnx.Module):
     self.v_proj = Linear(f"{name}.v_proj", d, self.num_kv_heads * hd, cfg.attention_bias, cfg, rngs)
     self.o_proj = Linear(f"{name}.o_proj", self.num_heads * hd, d, False, cfg, rngs)
 
-  def __call__(self, x, cos, sin, allowed, ops, cache: KVCache | None = None, cache_index=None):
+  def __call__(self, x, cos, sin, allowed, ops, cache: KVCache | None = None, cache_index=None,
+               query_chunk: int = 0):
     b, t, _ = x.shape
     kv, hd = self.num_kv_heads, self.head_dim
     groups = self.num_heads // kv
@@ -85,11 +86,45 @@ class Attention(nnx.Module):
       if allowed.shape[-1] < k.shape[1]:  # the mask covers only the first slots: attend to those only
         k, v = k[:, :allowed.shape[-1]], v[:, :allowed.shape[-1]]
     q = q.reshape(b, t, kv, groups, hd)
-    scores = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) * (hd ** -0.5)
-    scores = jnp.where(allowed[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(x.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(b, t, self.num_heads * hd)
-    return self.o_proj(out, ops), new_cache
+    if 0 < query_chunk < t:
+      out = chunked_attention(q, k, v, allowed, query_chunk)
+    else:
+      out = attend(q, k, v, allowed)
+    return self.o_proj(out.reshape(b, t, self.num_heads * hd), ops), new_cache
+
+
+def attend(q, k, v, allowed):
+  """Plain attention. q (B, T, kv, groups, hd), k/v (B, S, kv, hd), allowed (B|1, T, S) -> (B, T, kv, groups, hd).
+
+  Scores and softmax in float32; a query row with no allowed key gets a uniform softmax over all S
+  slots (left-padding rows; their outputs are never used)."""
+  scores = jnp.einsum("btkgd,bskd->bkgts", q, k).astype(jnp.float32) * (q.shape[-1] ** -0.5)
+  scores = jnp.where(allowed[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
+  probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
+  return jnp.einsum("bkgts,bskd->btkgd", probs, v)
+
+
+def chunked_attention(q, k, v, allowed, chunk: int):
+  """`attend` in blocks of `chunk` queries (ModelConfig.attention_query_chunk).
+
+  Each query row's softmax is over all S keys in both paths, so results equal `attend`'s (up to
+  float summation order). The per-block body is checkpointed: the backward pass recomputes one
+  block's (B, heads, chunk, S) scores at a time instead of keeping all T x S of them. T need not be
+  a multiple of chunk: the last block is padded with query rows that attend nowhere, then dropped.
+  """
+  b, t = q.shape[:2]
+  n = -(-t // chunk)
+  pad = n * chunk - t
+  if pad:
+    q = jnp.pad(q, [(0, 0), (0, pad)] + [(0, 0)] * (q.ndim - 2))
+    allowed = jnp.pad(allowed, [(0, 0), (0, pad), (0, 0)])
+  # (n, B, chunk, ...): lax.map runs one block per iteration.
+  q_blocks = jnp.moveaxis(q.reshape((b, n, chunk) + q.shape[2:]), 1, 0)
+  a_blocks = jnp.moveaxis(allowed.reshape((allowed.shape[0], n, chunk, allowed.shape[-1])), 1, 0)
+  body = jax.checkpoint(lambda qa: attend(qa[0], k, v, qa[1]))
+  out = jax.lax.map(body, (q_blocks, a_blocks))  # (n, B, chunk, kv, groups, hd)
+  out = jnp.moveaxis(out, 0, 1).reshape((b, n * chunk) + out.shape[3:])
+  return out[:, :t]
 
 
 class MLP(nnx.Module):
@@ -115,8 +150,9 @@ class Block(nnx.Module):
     self.post_attention_layernorm = RMSNorm(f"{name}.post_attention_layernorm", cfg.hidden_size, cfg)
     self.mlp = MLP(f"{name}.mlp", cfg, rngs)
 
-  def __call__(self, x, cos, sin, allowed, ops, cache=None, cache_index=None):
-    attn, new_cache = self.self_attn(self.input_layernorm(x, ops), cos, sin, allowed, ops, cache, cache_index)
+  def __call__(self, x, cos, sin, allowed, ops, cache=None, cache_index=None, query_chunk: int = 0):
+    attn, new_cache = self.self_attn(self.input_layernorm(x, ops), cos, sin, allowed, ops, cache, cache_index,
+                                     query_chunk)
     x = x + attn
     x = x + self.mlp(self.post_attention_layernorm(x, ops), ops)
     return x, new_cache
@@ -182,13 +218,14 @@ class Decoder(nnx.Module):
     cos, sin = rope.rope_cos_sin(self.config, positions, dt)
     x = ops.embed("embed_tokens", input_ids, self.embed_tokens[...]).astype(dt)
     new_cache = []
+    chunk = self.config.attention_query_chunk  # static: a Python int from the (hashable) config
     for i, block in enumerate(self.layers):
       layer_cache = None if cache is None else cache[i]
       if self.config.remat:
-        x, layer_new = nnx.remat(lambda blk, x_, c_: blk(x_, cos, sin, allowed, ops, c_, cache_index))(
+        x, layer_new = nnx.remat(lambda blk, x_, c_: blk(x_, cos, sin, allowed, ops, c_, cache_index, chunk))(
             block, x, layer_cache)
       else:
-        x, layer_new = block(x, cos, sin, allowed, ops, layer_cache, cache_index)
+        x, layer_new = block(x, cos, sin, allowed, ops, layer_cache, cache_index, chunk)
       new_cache.append(layer_new)
     if last_only:
       x = x[:, -1:]

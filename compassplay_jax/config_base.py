@@ -8,6 +8,7 @@ import dataclasses
 
 import ml_collections
 
+from compassplay_jax.models.config import ModelConfig
 from compassplay_jax.rewards.proposer_rewards import RewardConfig
 from compassplay_jax.rl.train_step import TrainConfig
 from compassplay_jax.sharding import MeshConfig
@@ -74,6 +75,9 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.model.dtype = "float32"  # compute dtype
   config.model.param_dtype = "float32"  # master weights
   config.model.remat = False
+  # Query-blocked attention (ModelConfig.attention_query_chunk; 0 = plain): bounds the T x T scores of
+  # full-sequence passes at long lengths (docs/sharding.md, "Per-function report").
+  config.model.attention_query_chunk = dataclass_fields(ModelConfig, ("attention_query_chunk",))["attention_query_chunk"]
   # The random model of path="tiny" (uses the embedded tokenizer's vocabulary).
   config.model.tiny_hidden_size = 64
   config.model.tiny_layers = 2

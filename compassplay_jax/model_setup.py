@@ -34,8 +34,7 @@ def build_model(config, mesh=None):
     else:
       graphdef, params = nnx.split(model)
       model = nnx.merge(graphdef, sh.shard_params(params, mesh, model.config.head_dim))
-    if m.remat:
-      model.config = model.config.replace(remat=True)
+    _apply_model_knobs(model, m)
     return model, tokenizer
   if not m.path:
     raise ConfigError("config.model.path: empty; set it to a Hugging Face Hub id or checkpoint directory "
@@ -48,12 +47,24 @@ def build_model(config, mesh=None):
     cfg = ModelConfig(model_type="llama", vocab_size=len(tokenizer), hidden_size=m.tiny_hidden_size,
                       intermediate_size=2 * m.tiny_hidden_size, num_hidden_layers=m.tiny_layers,
                       num_attention_heads=m.tiny_heads, num_key_value_heads=m.tiny_kv_heads, tie_word_embeddings=True,
-                      dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat)
+                      dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat,
+                      attention_query_chunk=m.get("attention_query_chunk", 0))
     return init_decoder(cfg, seed=config.seed), tokenizer
   model, tokenizer = load_model(m.path, dtype=m.dtype, param_dtype=m.param_dtype)
-  if m.remat:
-    model.config = model.config.replace(remat=True)
+  _apply_model_knobs(model, m)
   return model, tokenizer
+
+
+def _apply_model_knobs(model, m) -> None:
+  """config.model's compute knobs that a checkpoint's config.json does not carry (remat, the
+  attention query chunk); the decoder reads them from its config at call time."""
+  changes = {}
+  if m.remat:
+    changes["remat"] = True
+  if m.get("attention_query_chunk", 0):
+    changes["attention_query_chunk"] = int(m.attention_query_chunk)
+  if changes:
+    model.config = model.config.replace(**changes)
 
 
 def restore_params(checkpoint_dir, step: int, params):

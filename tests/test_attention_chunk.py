@@ -86,3 +86,13 @@ def test_chunked_attention_bounds_compiled_temp_memory():
   plain, chunked = _fwd_bwd_temp(0), _fwd_bwd_temp(128)
   # Plain: each layer's fp32 scores are B x heads x T^2 x 4 B = 32 MiB (plus probs); chunked: 1/8 of one.
   assert chunked * 3 < plain, (plain, chunked)
+
+
+def test_run_config_sets_the_chunk():
+  from compassplay_jax import config_base, model_setup
+  config = config_base.base_config("coding", "tiny")
+  assert config.model.attention_query_chunk == ModelConfig().attention_query_chunk == 0
+  config.model.path = "tiny"
+  config.model.attention_query_chunk = 16
+  model, _ = model_setup.build_model(config)
+  assert model.config.attention_query_chunk == 16

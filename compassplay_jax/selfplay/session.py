@@ -1,0 +1,191 @@
+"""A self-play run as an object, one step per call: what `python -m compassplay_jax.main` loops over.
+
+    session = Session.create(config, workdir)     # build, restore the latest checkpoint if any
+    metrics = session.step()                      # propose -> verify -> reward -> update, logged and saved
+    session.reference_loss()                      # the solver's mean loss on the reference set (coding)
+    session.close()
+
+`selfplay/run.py`'s loop is `for _ in steps: session.step()` plus its progress bar and the end-of-run
+summary; notebooks (experiments/colab_ablation.ipynb) and tools call the same `step`. Every step
+writes its metrics line to workdir/metrics.jsonl and its checkpoint, exactly as the command does.
+"""
+from __future__ import annotations
+
+import pathlib
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from compassplay_jax import compile_cache, config_base
+from compassplay_jax.checkpoint import CheckpointManager
+from compassplay_jax.engine import Engine, EngineSettings
+from compassplay_jax.metrics import MetricsWriter, last_value, truncate_metrics
+from compassplay_jax.model_setup import build_model
+from compassplay_jax.selfplay import step as step_lib
+
+
+class Session:
+  """The state of one run between steps: params, optimizer state, key, the setting and its writers."""
+
+  def __init__(self, config, workdir, *, engine, graphdef, params, opt_state, ref_params, key, start, setting,
+               tokenizer, manager, writer, compiles):
+    self.config, self.workdir = config, pathlib.Path(workdir)
+    self.engine, self.graphdef, self.params, self.opt_state = engine, graphdef, params, opt_state
+    self.ref_params, self.key, self.start, self.step_count = ref_params, key, start, start
+    self.setting, self.tokenizer, self.manager, self.writer, self.compiles = setting, tokenizer, manager, writer, compiles
+    self.accelerator_s_total = last_value(self.workdir, "cost/accelerator_s_total") if start else 0.0
+    self.eval_items = None
+    self._reference_loss_fn = None
+    self._own_reference = None
+
+  @classmethod
+  def create(cls, config, workdir) -> "Session":
+    """Checks the config, builds the model, engine and setting, and restores workdir's latest checkpoint."""
+    from compassplay_jax import distributed
+    from compassplay_jax import sharding as sh
+    from compassplay_jax.backend import describe_backend
+    from compassplay_jax.data.paths import prepare_config
+    from compassplay_jax.selfplay.run import make_setting
+    # Multi-host: join the run before anything asks JAX about processes or devices.
+    distributed.initialize()  # from COMPASSPLAY_* variables; a no-op on one host
+    workdir = pathlib.Path(workdir)
+    # Everything that can be wrong with the input is checked before any model is loaded.
+    prepare_config(config)  # data: paths -> files in the data directory; missing ones name their fetch command
+    config_base.check_config(config)
+    make_setting(config, None, validate_only=True)
+    compile_cache.enable(config.compile_cache_dir)  # before anything compiles
+    compiles = compile_cache.CompileStats()
+    workdir.mkdir(parents=True, exist_ok=True)
+    if jax.process_index() == 0:
+      (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
+    print(f"[compassplay] {config.setting}:{config.variant} -> {workdir}", flush=True)
+    print(f"[compassplay] {describe_backend()}", flush=True)
+    mesh = sh.make_mesh(config.mesh)
+    if mesh.size > 1:
+      print(f"[compassplay] mesh {sh.mesh_summary(mesh)}", flush=True)
+    model, tokenizer = build_model(config, mesh)
+    graphdef, params = nnx.split(model)
+    del model
+    # Every compiled device function of the run, with its shardings; micro-batches rounded to the mesh.
+    engine = Engine.build(graphdef, params, mesh, EngineSettings.from_config(config))
+    if engine.settings.train.micro_batch_size != config.train.micro_batch_size:
+      print(f"[compassplay] train micro-batch {config.train.micro_batch_size} -> "
+            f"{engine.settings.train.micro_batch_size} rows (a multiple of data*fsdp)", flush=True)
+    setting = make_setting(config, tokenizer, engine)
+    try:
+      # The KL term's frozen reference policy: the initial params, laid out like the policy (kept apart
+      # from them, which the train step donates).
+      ref_params = engine.place_params(jax.tree.map(jnp.copy, params)) if config.train.kl_coef > 0 else None
+      params, opt_state = engine.init_train_state(params)
+      manager = CheckpointManager(workdir / "checkpoints", keep=config.checkpoint.keep,
+                                  save_every=config.checkpoint.every_steps)
+      key = jax.random.key(config.seed)
+      start = 0
+      if manager.latest_step() is not None:
+        start, params, opt_state, key, extra = manager.restore(params=params, opt_state=opt_state)
+        setting.load_state_dict(extra["selfplay"])
+        print(f"[compassplay] resumed from step {start}", flush=True)
+      if jax.process_index() == 0:
+        # Steps logged after the last checkpoint (or before the first one) are run again: drop them.
+        truncate_metrics(workdir, start)
+      writer = MetricsWriter(workdir, enabled=jax.process_index() == 0)
+    except BaseException:
+      setting.close()
+      raise
+    return cls(config, workdir, engine=engine, graphdef=graphdef, params=params, opt_state=opt_state,
+               ref_params=ref_params, key=key, start=start, setting=setting, tokenizer=tokenizer, manager=manager,
+               writer=writer, compiles=compiles)
+
+  def step(self, progress: Callable[[str], Any] | None = None) -> dict[str, Any]:
+    """Runs the next step (propose -> verify -> reward -> advantages -> update), logs it to metrics.jsonl,
+    checkpoints it and returns its metrics. `progress` is told the phase as it starts."""
+    config, engine = self.config, self.engine
+    progress = progress or (lambda label: None)
+    self.step_count += 1
+    step = self.step_count
+    t0 = time.time()
+    compiled_before = self.compiles.totals()
+    self.key, k_collect, k_train = jax.random.split(self.key, 3)
+    # propose -> verify -> reward (the setting's stages, selfplay/step.py)
+    rows, metrics = self.setting.collect(self.graphdef, self.params, step, k_collect, progress=progress)
+    metrics = dict(metrics)
+    if rows:
+      # advantages -> update. A setting may split its rows into several optimizer steps (Lean: SGS's
+      # one epoch at batch 32); with micro_batch_tokens > 0 rows are packed by their real length.
+      progress("update")
+      chunks = self.setting.train_batches(rows, step) if hasattr(self.setting, "train_batches") else [rows]
+      t1 = time.time()
+      self.params, self.opt_state, train_metrics = step_lib.update(
+          engine, self.params, self.opt_state, chunks, k_train, pad_id=self.tokenizer.pad_token_id,
+          max_len=config.sampling.max_prompt_tokens + config.sampling.max_new_tokens,
+          token_budget=config.train.micro_batch_tokens, ref_params=self.ref_params)
+      metrics.update(train_metrics)
+      metrics["time/update"] = time.time() - t1
+    metrics["time/step"] = time.time() - t0
+    # The cost axis of the reports: wall time x devices (docs/experiments.md); eval time not included.
+    metrics["cost/accelerator_s"] = metrics["time/step"] * jax.device_count()
+    self.accelerator_s_total += metrics["cost/accelerator_s"]
+    metrics["cost/accelerator_s_total"] = self.accelerator_s_total
+    compiled_after = self.compiles.totals()
+    metrics.update({k: compiled_after[k] - compiled_before[k] for k in compiled_after})
+    if config.eval.every_steps and step % config.eval.every_steps == 0:
+      from compassplay_jax.selfplay.run import _evaluate
+      self.eval_items = _evaluate(config, engine, self.params, self.tokenizer, step, self.workdir, self.eval_items,
+                                  metrics)
+    self.writer.write(step, metrics)
+    self.manager.save(step, self.params, self.opt_state, self.key,
+                      {"selfplay": self.setting.state_dict(), "step": step}, force=step == config.steps)
+    return metrics
+
+  def reference_loss(self) -> float:
+    """The solver's mean per-sequence loss on the setting's reference set at the current params (the
+    loss whose gradient is g_ref; coding: the MATH-train gold solutions). NaN when the setting has none."""
+    reference = self._reference_batch()
+    if reference is None:
+      return float("nan")
+    if self._reference_loss_fn is None:
+      from compassplay_jax.rewards.losses import per_sequence_loss, token_counts
+
+      def mean_loss(params, tokens, loss_mask, attention_mask):
+        losses = per_sequence_loss(self.graphdef, params, tokens, loss_mask, attention_mask)
+        has_tokens = token_counts(loss_mask, attention_mask) > 0
+        return jnp.sum(jnp.where(has_tokens, losses, 0.0)) / jnp.maximum(jnp.sum(has_tokens), 1)
+      self._reference_loss_fn = jax.jit(mean_loss)
+    return float(self._reference_loss_fn(self.params, np.asarray(reference.tokens), np.asarray(reference.loss_mask),
+                                         np.asarray(reference.attention_mask)))
+
+  def _reference_batch(self):
+    """The setting's packed reference set; a coding run whose reward uses no cosine (difficulty, ...)
+    loads none, so it is packed here the same way, to compare reference losses across rewards."""
+    reference = getattr(self.setting, "reference", None)
+    if reference is None and self._own_reference is not None:
+      return self._own_reference
+    if reference is None and self.config.setting == "coding":
+      from compassplay_jax.selfplay import alignment, coding
+      from compassplay_jax.selfplay.reference_set import load_reference_set
+      r = self.config.reward
+      problems = load_reference_set(r.reference_path, r.reference_size, self.config.seed)
+      # Kept here, not on the setting: a setting with a reference set scores cosines against it.
+      reference = self._own_reference = alignment.pack_reference(
+          self.tokenizer, [coding.render(self.tokenizer, p.problem, self.setting.style) for p in problems],
+          [p.solution for p in problems], max_len=self.config.sampling.max_prompt_tokens + r.max_completion_tokens)
+    return reference
+
+  def close(self) -> None:
+    """Waits for the last checkpoint, closes the writers and the setting (its sandbox or Lean pool)."""
+    try:
+      self.manager.wait_until_finished()
+      self.manager.close()
+      self.writer.close()
+    finally:
+      self.setting.close()
+
+  def __enter__(self) -> "Session":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()

@@ -55,6 +55,15 @@ def check_config(config) -> None:
   from compassplay_jax.models.config import ConfigError
   if config.train.kl_coef < 0:
     raise ConfigError(f"config.train.kl_coef={config.train.kl_coef} is negative")
+  if config.reward.name == "soar_utility":
+    r = config.reward
+    for name in ("soar_group_size", "soar_inner_steps"):
+      if r[name] < 1:
+        raise ConfigError(f"config.reward.{name}={r[name]}: must be >= 1 for reward.name=soar_utility")
+    if not r.soar_inner_lr > 0:
+      raise ConfigError(f"config.reward.soar_inner_lr={r.soar_inner_lr}: must be > 0 for reward.name=soar_utility")
+    if r.soar_heldout_size < 0:
+      raise ConfigError(f"config.reward.soar_heldout_size={r.soar_heldout_size} is negative")
 
 
 def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
@@ -99,7 +108,7 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.sampling.chunk_tokens = 8  # continuous: decode steps per device call between slot refills
 
   config.reward = ml_collections.ConfigDict()
-  config.reward.name = "compassplay_cos"  # compassplay_cos | compassplay_cos_novelty | difficulty | novelty_only
+  config.reward.name = "compassplay_cos"  # compassplay_cos | compassplay_cos_novelty | difficulty | novelty_only | soar_utility
   config.reward.method = "fused"  # fused | direct (chunked vmap(grad))
   config.reward.chunk_size = 8  # direct method: candidates per chunk
   config.reward.micro_batch_size = 8  # reference-gradient and fused-pass micro-batch
@@ -110,6 +119,16 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   # the paper's equation uses 0).
   config.reward.update(dataclass_fields(RewardConfig, ("bad_format", "invalid", "out_of_band")))
   config.reward.max_completion_tokens = 1024  # candidate solution tokens used for g(x)
+  # SOAR's measured reward (reward.name = soar_utility; rewards/soar.py, docs/rewards.md): valid
+  # candidates in proposal order are cut into groups; per group a copy of the solver takes
+  # soar_inner_steps plain SGD steps (lr soar_inner_lr) on the group's verified tasks, and the group's
+  # reward is the drop of the held-out gold-solution NLL. Held-out: soar_heldout_size problems of
+  # soar_heldout_path ("" / 0 = reward.reference_path / reward.reference_size).
+  config.reward.soar_group_size = 8  # SOAR: batch 8 per inner step
+  config.reward.soar_inner_steps = 10  # SOAR: 10 inner (RLOO) steps
+  config.reward.soar_inner_lr = 1e-4
+  config.reward.soar_heldout_path = ""
+  config.reward.soar_heldout_size = 0
 
   # rl.train_step.TrainConfig's defaults (AZR's, docs/paper_settings.md §5.3); schedule: constant | linear | cosine.
   config.train = ml_collections.ConfigDict(dataclass_fields(TrainConfig, (

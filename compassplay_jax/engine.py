@@ -25,6 +25,7 @@ from compassplay_jax.models.config import ModelConfig
 from compassplay_jax.models.decoder import model_config
 from compassplay_jax.rewards import cosines as cosines_lib
 from compassplay_jax.rewards import reference as reference_lib
+from compassplay_jax.rewards import soar as soar_lib
 from compassplay_jax.rl import train_step as train_lib
 from compassplay_jax.sampling import decode as decode_lib
 from compassplay_jax.sampling.engine import RolloutEngine
@@ -161,6 +162,32 @@ class Engine:
       # Nothing donated: outputs are (N,) vectors, and params / g_ref live on.
       return jax.jit(fn, in_shardings=(p_sh, p_sh, self.rows, self.rows, self.rows), out_shardings=out)
     return self._cached("cosines", build)(params, g_ref, tokens, loss_mask, attention_mask)
+
+  def soar_heldout_loss(self, params, tokens, loss_mask, attention_mask):
+    """SOAR's held-out loss at `params` (rewards/soar.py; rows: a multiple of data*fsdp), a scalar."""
+    mb = min(self.settings.reward_micro_batch, sh.round_to_mesh(tokens.shape[0], self.mesh))
+
+    def build():
+      fn = lambda p, t, lm, am: soar_lib.heldout_loss(self.graphdef, p, t, lm, am, micro_batch=mb)
+      return jax.jit(fn, in_shardings=(self.param_shardings(params), self.rows, self.rows, self.rows),
+                     out_shardings=self.repl)
+    return self._cached(("soar_heldout", mb), build)(params, tokens, loss_mask, attention_mask)
+
+  def soar_trained_heldout_loss(self, params, train: dict, heldout: dict, *, steps: int, learning_rate: float):
+    """SOAR's held-out loss after `steps` SGD steps of a copy of `params` on the `train` rows (a group's
+    verified tasks); placed batches with tokens / loss_mask / attention_mask. Nothing is donated:
+    the outer params are read, never written."""
+    mb = min(self.settings.reward_micro_batch, sh.round_to_mesh(train["tokens"].shape[0], self.mesh))
+    names = ("tokens", "loss_mask", "attention_mask")
+
+    def build():
+      fn = lambda p, lr, t, lm, am, ht, hlm, ham: soar_lib.trained_heldout_loss(
+          self.graphdef, p, t, lm, am, ht, hlm, ham, steps=steps, learning_rate=lr, micro_batch=mb)
+      return jax.jit(fn, in_shardings=(self.param_shardings(params), self.repl) + (self.rows,) * 6,
+                     out_shardings=self.repl)
+    lr = np.asarray(learning_rate, np.float32)
+    return self._cached(("soar_trained", mb, int(steps)), build)(
+        params, lr, *(train[k] for k in names), *(heldout[k] for k in names))
 
   def train_step(self, params, opt_state, batch, key):
     """One optimizer update on a padded batch (rows: a multiple of the train micro-batch); donates

@@ -9,7 +9,7 @@ Every reward goes through the same eligibility gate, in this order of precedence
        compassplay_cos_novelty  r_cos(x) * (1 - J(x, seed))     (J: token Jaccard, rewards/novelty.py)
        difficulty               1 - s                           (AZR learnability; s = solve rate)
        novelty_only             1 - J(x, seed)
-       soar_utility             measured held-out improvement (see `soar_utility`)
+       soar_utility             measured held-out improvement of a trained solver copy (rewards/soar.py)
 
 Defaults and their sources (docs/paper_settings.md §4.1):
   AZR_CODE (the default, matches the released AZR models; reward_managers.py L400-436):
@@ -73,12 +73,13 @@ def novelty_only(*, jaccard_to_seed=None, **_):
 def soar_utility(*, heldout_improvement=None, **_):
   """SOAR's grounded teacher reward (docs/paper_settings.md §11), given its measurement.
 
-  The reward itself is a pure function, but its input is expensive and stateful, so the loop must
-  supply it: heldout_improvement[i] = Acc_greedy(student after training on the dataset X_k that
-  candidate i belongs to, on the reward questions Q_R) - Acc_greedy(baseline student, Q_R), averaged
-  over the r independent student trainings of X_k (SOAR: 10 RLOO steps, batch 8, n = 64 pairs per
-  X_k, |Q_R| = 64 held-out hard problems; the student reverts to the baseline afterwards). Every
-  candidate in X_k gets the same value.
+  The reward itself is a pure function; its input is measured by the loop (selfplay/soar_measure.py
+  with rewards/soar.py): candidates are cut into groups of reward.soar_group_size, a copy of the
+  solver takes reward.soar_inner_steps SGD steps on each group's verified tasks, and
+  heldout_improvement[i] = L_H(before) - L_H(after) for the group of candidate i, L_H the mean
+  negative log-likelihood of the held-out gold solutions. Every candidate in a group gets the same
+  value. (SOAR itself measures the greedy held-out accuracy gain after 10 RLOO steps, averaged over
+  several student runs; docs/rewards.md lists the differences.)
   """
   return _f32(heldout_improvement, "heldout_improvement")
 

@@ -33,7 +33,7 @@ from compassplay_jax.errors import InputNotFound
 from compassplay_jax.metrics import histogram
 from compassplay_jax.models.config import ConfigError
 from compassplay_jax.rewards import novelty
-from compassplay_jax.selfplay import alignment, compact_prompts, rollout, sequences, summary
+from compassplay_jax.selfplay import alignment, compact_prompts, rollout, sequences, soar_measure, summary
 from compassplay_jax.selfplay import step as step_lib
 from compassplay_jax.selfplay.reference_set import load_reference_set
 from compassplay_jax.selfplay.rollout import Row, reward_config, split_key
@@ -98,6 +98,15 @@ def validate_config(config) -> None:
     raise ConfigError(f"config.coding.task_types: compact prompts cover {compact_prompts.TASK_TYPES} only")
   if config.reward.name in COS_REWARDS:
     load_reference_set(config.reward.reference_path, config.reward.reference_size, config.seed)
+  if config.reward.name == soar_measure.NAME:
+    _soar_heldout_set(config)
+
+
+def _soar_heldout_set(config):
+  """SOAR's held-out problems: reward.soar_heldout_path / _size, defaulting to the reference set's."""
+  r = config.reward
+  return load_reference_set(r.soar_heldout_path or r.reference_path, r.soar_heldout_size or r.reference_size,
+                            config.seed)
 
 
 class CodingSelfPlay:
@@ -126,6 +135,12 @@ class CodingSelfPlay:
     if config.reward.name in COS_REWARDS:
       problems = load_reference_set(config.reward.reference_path, config.reward.reference_size, config.seed)
       self.reference = alignment.pack_reference(
+          tokenizer, [render(tokenizer, p.problem, self.style) for p in problems],
+          [p.solution for p in problems], max_len=config.sampling.max_prompt_tokens + config.reward.max_completion_tokens)
+    self.soar_heldout = None
+    if config.reward.name == soar_measure.NAME:  # SOAR's held-out set: gold solutions, loss on them
+      problems = _soar_heldout_set(config)
+      self.soar_heldout = alignment.pack_reference(
           tokenizer, [render(tokenizer, p.problem, self.style) for p in problems],
           [p.solution for p in problems], max_len=config.sampling.max_prompt_tokens + config.reward.max_completion_tokens)
 
@@ -324,6 +339,14 @@ class CodingSelfPlay:
       sample = v * n + verdicts[v].index(True) if any(verdicts[v]) else None
       cand.solution = ((gen.prompt_tokens[v * n], self._gold_completion(tasks_of[i])) if sample is None
                        else (gen.prompt_tokens[sample], gen.tokens[sample]))
+    if self.soar_heldout is not None:  # SOAR: a solver copy trained per group, held-out loss gain
+      r = self.config.reward
+      with times("soar", "reward: SOAR inner training"):
+        proposals.soar_metrics = soar_measure.measure(
+            engine, params, candidates, self.soar_heldout, group_size=r.soar_group_size, steps=r.soar_inner_steps,
+            learning_rate=r.soar_inner_lr, pad_id=self.tokenizer.pad_token_id,
+            max_len=self.config.sampling.max_prompt_tokens + r.max_completion_tokens,
+            uses_band=reward_config(r).soar_uses_band)
     return candidates
 
   def references(self, plan, candidates) -> dict:
@@ -420,6 +443,7 @@ class CodingSelfPlay:
     metrics["cos_share"] = summary.cosine_share(records)
     # Why proposals were invalid and checks failed, counted by validation/checking (never raised).
     metrics.update({f"verdicts/{k}": v for k, v in verdict_stats.snapshot(reset=True).items()})
+    metrics.update(proposals.soar_metrics)
     metrics["tokens/generated"] = proposals.tokens
     metrics["tokens_per_s"] = proposals.tokens / max(times.seconds.get("generate", 0.0), 1e-9)
     return metrics
@@ -446,3 +470,4 @@ class CodingProposals:
   tokens: int                            # tokens generated so far this step
   tasks: list = dataclasses.field(default_factory=list)          # per candidate: the validated task or None
   program_texts: list = dataclasses.field(default_factory=list)  # per candidate: program (or answer) text
+  soar_metrics: dict = dataclasses.field(default_factory=dict)   # SOAR's measurement (soar_utility only)

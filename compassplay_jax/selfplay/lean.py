@@ -87,6 +87,9 @@ def validate_config(config) -> None:
   l = config.lean
   if config.reward.name not in REWARD_FNS:
     raise ConfigError(f"config.reward.name: {config.reward.name!r} is not one of {sorted(REWARD_FNS)}")
+  if config.reward.name == "soar_utility":
+    raise ConfigError("config.reward.name=soar_utility is not supported by the lean setting: SOAR needs a held-out "
+                      "set with gold solutions and verified task rows per group, which only the coding loop builds")
   if l.conditioning not in CONDITIONING:
     raise ConfigError(f"config.lean.conditioning: {l.conditioning!r} is not one of {CONDITIONING}")
   if l.proposer_advantage not in PROPOSER_ADVANTAGES:

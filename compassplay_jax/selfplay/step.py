@@ -137,6 +137,7 @@ class Candidate:
   reference: str | None = None    # key of the reference gradient g(x̃) is compared with
   jaccard: float = 0.0            # token-Jaccard to the seed / nearest shown reference
   report_cosine: bool = False     # compute the cosine even when not eligible (reported, never paid)
+  heldout_improvement: float = 0.0  # SOAR's measured group improvement (soar_utility; rewards/soar.py)
   eligible: bool = False          # set by the reward stage (the gate below)
   cosine: float | None = None     # set by the reward stage where computed
   reward: float = 0.0             # set by the reward stage
@@ -170,7 +171,8 @@ def score(engine, params, candidates: Sequence[Candidate], references: dict, *, 
       solve_rates=np.asarray([c.solve_rate for c in candidates], np.float32),
       valid=np.asarray([c.valid for c in candidates], bool),
       well_formatted=np.asarray([c.formatted for c in candidates], bool),
-      jaccard_to_seed=np.asarray([c.jaccard for c in candidates], np.float32), config=reward_cfg)
+      jaccard_to_seed=np.asarray([c.jaccard for c in candidates], np.float32),
+      heldout_improvement=np.asarray([c.heldout_improvement for c in candidates], np.float32), config=reward_cfg)
   for c, r in zip(candidates, np.asarray(rewards, np.float32)):
     c.reward = float(r)
 

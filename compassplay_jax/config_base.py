@@ -114,6 +114,10 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.reward.micro_batch_size = 8  # reference-gradient and fused-pass micro-batch
   config.reward.reference_path = ""
   config.reward.reference_size = 32
+  # What g(x̃) is compared with (coding): "external" = the reference set above, one g_ref for all;
+  # "local" = per seed program, the solver's verified solution of the seed task the proposer was
+  # conditioned on (Lean's reference; docs/coding_tasks.md "Local reference"). Lean is always local.
+  config.reward.reference = "external"
   # Gate values (rewards.proposer_rewards.RewardConfig = AZR's code, docs/paper_settings.md §4.1):
   # bad_format -1 (tags malformed), invalid -1 (invalid proposal), out_of_band -0.5 (solve rate 0 or 1;
   # the paper's equation uses 0).

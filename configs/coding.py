@@ -65,8 +65,10 @@ def get_config(arg: str = ""):
     _demo(config)
   elif variant == "tiny":
     _tiny(config)
+  elif variant == "local_demo":
+    _local_demo(config)
   elif variant != "paper":
-    raise ValueError(f"configs/coding.py: unknown variant {variant!r} (known: paper, demo, tiny)")
+    raise ValueError(f"configs/coding.py: unknown variant {variant!r} (known: paper, demo, tiny, local_demo)")
   return config
 
 
@@ -114,6 +116,19 @@ def _demo(config):
   config.checkpoint.every_steps = 1
   config.eval.every_steps = 0  # evaluation off in the demo (run compassplay_jax.evaluate separately)
   config.sandbox.num_workers = 2
+
+
+def _local_demo(config):
+  """The demo with Lean's local reference (docs/experiments.md, "CPU reproduction of the local-reference
+  shortcut"): g_ref per seed = the gradient of the solver's verified solution of the one seed program
+  the proposer is shown. Pick the reward with --config.reward.name (compassplay_cos,
+  compassplay_cos_novelty, difficulty) or the sweep's --rewards.
+  """
+  _demo(config)
+  config.reward.reference = "local"  # selfplay/local_reference.py
+  config.coding.num_references = 1  # the proposer is conditioned on exactly one seed (Lean's conjecturer)
+  config.steps = 30  # long enough to see copies rise under plain cos; ~1 min per step on 2 CPU cores
+  config.checkpoint.every_steps = 5
 
 
 def _tiny(config):

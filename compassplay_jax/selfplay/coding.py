@@ -34,6 +34,7 @@ from compassplay_jax.metrics import histogram
 from compassplay_jax.models.config import ConfigError
 from compassplay_jax.rewards import novelty
 from compassplay_jax.selfplay import alignment, compact_prompts, rollout, sequences, soar_measure, summary
+from compassplay_jax.selfplay import local_reference
 from compassplay_jax.selfplay import step as step_lib
 from compassplay_jax.selfplay.reference_set import load_reference_set
 from compassplay_jax.selfplay.rollout import Row, reward_config, split_key
@@ -96,7 +97,9 @@ def validate_config(config) -> None:
     raise ConfigError(f"config.coding.prompt_style: {config.coding.prompt_style!r} is not one of {PROMPT_STYLES}")
   if config.coding.prompt_style == "compact" and set(types) - set(compact_prompts.TASK_TYPES):
     raise ConfigError(f"config.coding.task_types: compact prompts cover {compact_prompts.TASK_TYPES} only")
-  if config.reward.name in COS_REWARDS:
+  if config.reward.reference not in local_reference.REFERENCES:
+    raise ConfigError(f"config.reward.reference: {config.reward.reference!r} is not one of {local_reference.REFERENCES}")
+  if config.reward.name in COS_REWARDS and config.reward.reference == local_reference.EXTERNAL:
     load_reference_set(config.reward.reference_path, config.reward.reference_size, config.seed)
   if config.reward.name == soar_measure.NAME:
     _soar_heldout_set(config)
@@ -132,7 +135,9 @@ class CodingSelfPlay:
     self.style = config.coding.prompt_style
     self.table = TABLES["azr_code"]
     self.reference = None
-    if config.reward.name in COS_REWARDS:
+    # reward.reference = "local": g_ref per seed program (selfplay/local_reference.py), no reference set.
+    self.local = config.reward.reference == local_reference.LOCAL
+    if config.reward.name in COS_REWARDS and not self.local:
       problems = load_reference_set(config.reward.reference_path, config.reward.reference_size, config.seed)
       self.reference = alignment.pack_reference(
           tokenizer, [render(tokenizer, p.problem, self.style) for p in problems],
@@ -164,7 +169,7 @@ class CodingSelfPlay:
 
   def _proposer_prompts(self, task_type, rng):
     c = self.config.coding
-    texts, programs, references = [], [], []
+    texts, programs, references, seeds = [], [], [], []
     for _ in range(c.proposals_per_type):
       if task_type == tasks.INDUCTION:
         program = buffers_lib.sample_induction_program(
@@ -172,13 +177,16 @@ class CodingSelfPlay:
         texts.append(prompts.proposer_prompt(task_type, program=program, num_inputs=c.induction_inputs))
         programs.append(program)
         references.append([program])
+        seeds.append(next((s for b in (self.buffers[tasks.DEDUCTION], self.buffers[tasks.ABDUCTION]) for s in b
+                           if s.program == program), None))
       else:
         refs = self.buffers[task_type].sample(c.num_references, rng)
         texts.append(compact_prompts.proposer_prompt(task_type, refs) if self.style == "compact"
                      else prompts.proposer_prompt(task_type, refs))
         programs.append(None)
         references.append([r.program for r in refs])
-    return [render(self.tokenizer, t, self.style) for t in texts], programs, references
+        seeds.append(refs[0] if refs else None)  # the local reference's seed: the first shown program
+    return [render(self.tokenizer, t, self.style) for t in texts], programs, references, seeds
 
   def _propose(self, engine, params, task_type, prompts_text, key):
     """Proposer responses -> (full response texts, per-response list of (prompt, tokens, logprobs) segments).
@@ -233,15 +241,18 @@ class CodingSelfPlay:
     ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
     return np.asarray(ids, np.int32)
 
+  def solver_prompts(self, task_list) -> list[str]:
+    """The solver prompt texts of tasks, each ending in its solver prefix (the response scaffold)."""
+    prefixes = [self._solver_prefix(t) for t in task_list]
+    if self.style == "compact":  # plain few-shot text, continued by the scaffold
+      return [compact_prompts.solver_prompt(t, self.config.coding.solver_prefix) + pre
+              for t, pre in zip(task_list, prefixes)]
+    return [render(self.tokenizer, prompts.solver_prompt(t), self.style) + pre for t, pre in zip(task_list, prefixes)]
+
   def _solve(self, engine, params, task_list, key, n_samples):
     """Solver responses (n_samples per task, task-major): (generation, full response texts)."""
     prefixes = [self._solver_prefix(t) for t in task_list]
-    if self.style == "compact":  # plain few-shot text, continued by the scaffold
-      prompts_text = [compact_prompts.solver_prompt(t, self.config.coding.solver_prefix) + pre
-                      for t, pre in zip(task_list, prefixes)]
-    else:
-      prompts_text = [render(self.tokenizer, prompts.solver_prompt(t), self.style) + pre
-                      for t, pre in zip(task_list, prefixes)]
+    prompts_text = self.solver_prompts(task_list)
     scaffolded = bool(self.config.coding.solver_prefix)  # the answer block is open: stop where it ends
     stops = (self.config.coding.segment_stop,) if scaffolded else STOP
     gen = self._sample(engine, params, prompts_text, key, n_samples=n_samples, stop_strings=stops)
@@ -293,7 +304,7 @@ class CodingSelfPlay:
                     for t in self.task_types}
     prompted = {t: self._proposer_prompts(t, rng) for t in self.task_types}
     return CodingPlan(step, solver_tasks, {t: p[0] for t, p in prompted.items()}, {t: p[1] for t, p in prompted.items()},
-                      {t: p[2] for t, p in prompted.items()})
+                      {t: p[2] for t, p in prompted.items()}, {t: p[3] for t, p in prompted.items()})
 
   def propose(self, engine, params, plan: "CodingPlan", key, times) -> "CodingProposals":
     with times("generate", "generate: proposals"):
@@ -318,6 +329,10 @@ class CodingSelfPlay:
           program_text = task.program if task else parsing.extract_answer(text)
           candidate.jaccard = max((novelty.token_jaccard(program_text, ref, language="python")
                                    for ref in plan.references[t][j]), default=0.0)
+          seed = plan.seeds[t][j] if self.local else None
+          if seed is not None:  # local reference: compared with (and novel against) its own seed
+            candidate.reference = local_reference.seed_key(seed)
+            candidate.jaccard = novelty.token_jaccard(program_text or "", seed.program, language="python")
           candidates.append(candidate)
           proposals.tasks.append(task)
           proposals.program_texts.append(program_text)
@@ -350,7 +365,12 @@ class CodingSelfPlay:
     return candidates
 
   def references(self, plan, candidates) -> dict:
-    """The external reference set (the MATH-train gold solutions), one g_ref for every candidate."""
+    """The external reference set (the MATH-train gold solutions), one g_ref for every candidate; with
+    reward.reference = "local", one per seed: its verified solution (selfplay/local_reference.py)."""
+    if self.local:
+      seeds = {local_reference.seed_key(s): s for per_type in plan.seeds.values() for s in per_type if s is not None}
+      max_len = self.config.sampling.max_prompt_tokens + self.config.reward.max_completion_tokens
+      return local_reference.seed_references(self, seeds, candidates, max_len)
     return {EXTERNAL: self.reference} if self.reference is not None else {}
 
   @property
@@ -358,7 +378,9 @@ class CodingSelfPlay:
     cfg = self.config
     return dict(reward_name=cfg.reward.name, reward_cfg=reward_config(cfg.reward), pad_id=self.tokenizer.pad_token_id,
                 max_len=cfg.sampling.max_prompt_tokens + cfg.reward.max_completion_tokens,
-                uses_cosine=cfg.reward.name in COS_REWARDS, fixed_rows=True, buckets=sequences.TRAIN_BUCKETS)
+                uses_cosine=cfg.reward.name in COS_REWARDS, buckets=sequences.TRAIN_BUCKETS,
+                # local: a seed has few candidates, so pad to a power of two, not to the micro-batch
+                fixed_rows=not self.local)
 
   def rows(self, engine, params, plan: "CodingPlan", proposals: "CodingProposals", candidates, key, times):
     """Proposer rows (one per proposal segment, its reward), the buffers updated with the valid
@@ -398,7 +420,7 @@ class CodingSelfPlay:
 
   def _metrics(self, plan, proposals, candidates, by_type, solver_rewards, times) -> dict[str, Any]:
     types, cfg = self.task_types, self.config
-    scored = self.reference is not None
+    scored = self.reference is not None or (self.local and cfg.reward.name in COS_REWARDS)
     metrics: dict[str, Any] = {}
     records, flat = [], 0
     for t in types:
@@ -436,6 +458,12 @@ class CodingSelfPlay:
     cos_means = [metrics[f"{t}/cos_valid_mean"] for t in types if f"{t}/cos_valid_mean" in metrics]
     if cos_means:
       metrics["cos_valid_mean"] = float(np.mean(cos_means))
+    if self.local:  # copy rates as Lean's (in-band vs the seed; the report reads copy_rate) + the g_ref path
+      metrics["copy_rate_valid"], metrics["rename_rate_valid"] = metrics["copy_rate"], metrics["rename_rate"]
+      metrics.update(local_reference.copy_metrics(
+          candidates, proposals.program_texts, [s for t in types for s in plan.seeds[t]]))
+      metrics["local/seed_references"] = len({cand.reference for cand in candidates if cand.cosine is not None})
+      metrics["local/cosines_computed"] = sum(cand.cosine is not None for cand in candidates)
     metrics["solve_rate_histogram"] = histogram([cand.solve_rate for cand in candidates if cand.valid])
     metrics["candidates"] = records
     metrics["in_band_count"] = sum(r["in_band"] for r in records)
@@ -460,6 +488,7 @@ class CodingPlan:
   prompts: dict[str, list[str]]          # type -> proposer prompts (rendered)
   programs: dict[str, list]              # type -> the source program shown (induction) or None
   references: dict[str, list[list[str]]]  # type -> per prompt, the reference programs it shows
+  seeds: dict[str, list] = dataclasses.field(default_factory=dict)  # type -> per prompt, its seed task or None
 
 
 @dataclasses.dataclass

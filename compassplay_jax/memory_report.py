@@ -1,5 +1,9 @@
 """Ahead-of-time memory report: per-device bytes of the train and reward steps on a given mesh.
 
+`report` compiles the train step and one combined reward step (g_ref + cosines); `report_functions`
+compiles each device function of the paper step on its own (sampler prefill and decode, g_ref,
+cosines of N candidates, train step) and says whether each fits the device, else which knob to turn.
+
 Nothing is allocated: parameters, optimizer state, the reference gradient and the batch are
 ShapeDtypeStructs carrying their shardings, and each step is lowered and compiled for the mesh
 (`jax.jit(...).lower(...).compile().memory_analysis()`). Parameter, optimizer-state and
@@ -44,15 +48,31 @@ class Workload:
   reward_candidates: int  # candidates whose gradient cosine is computed in one reward call
   reward_micro_batch: int
   reference_size: int  # sequences in the reference set (g_ref)
+  # The sampler (per-function report): rows decoded together (config.sampling.micro_batch_size),
+  # prompt bucket and new tokens (the KV cache holds prompt_len + max_new_tokens slots). 0 = split
+  # seq_len in halves.
+  sampler_rows: int = 32
+  prompt_len: int = 0
+  max_new_tokens: int = 0
+
+  @property
+  def sampler_prompt_len(self) -> int:
+    return self.prompt_len or self.seq_len // 2
+
+  @property
+  def sampler_new_tokens(self) -> int:
+    return self.max_new_tokens or self.seq_len - self.sampler_prompt_len
 
 
 # AZR coding: 64 per (task, role) x 6 = 384 sequences per step, prompt 6144 + response 8096 tokens
 # (docs/paper_settings.md §5.4). SGS Lean: batch 32, max length 8192 (docs/paper_settings.md §1.3).
 PAPER_WORKLOADS = {
     "azr-coding": Workload("qwen2.5-coder-7b", train_batch=384, train_micro_batch=8, seq_len=6144 + 8096,
-                           reward_candidates=64, reward_micro_batch=8, reference_size=32),
+                           reward_candidates=64, reward_micro_batch=8, reference_size=32,
+                           sampler_rows=32, prompt_len=6144, max_new_tokens=8096),
     "sgs-lean": Workload("deepseek-prover-v2-7b", train_batch=32, train_micro_batch=8, seq_len=8192,
-                         reward_candidates=32, reward_micro_batch=8, reference_size=32),
+                         reward_candidates=32, reward_micro_batch=8, reference_size=32,
+                         sampler_rows=32, prompt_len=2048, max_new_tokens=8192),
 }
 
 
@@ -62,7 +82,7 @@ def tiny_workload(model: ModelConfig | None = None) -> tuple[ModelConfig, Worklo
                              num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2,
                              attention_bias=True)
   return cfg, Workload("tiny", train_batch=16, train_micro_batch=8, seq_len=32, reward_candidates=8,
-                       reward_micro_batch=8, reference_size=8)
+                       reward_micro_batch=8, reference_size=8, sampler_rows=8, prompt_len=16, max_new_tokens=16)
 
 
 def per_device_bytes(tree) -> int:
@@ -219,4 +239,210 @@ def format_table(rows: list[dict[str, Any]]) -> str:
       else:
         cells += [_size(r[step]["temp"]), _size(r[step]["peak"])]
     lines.append(f"| {r['model']} | {r['mesh']} | " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
+# ---- per-function report ------------------------------------------------------------------------------
+
+# Each device function the paper step runs, compiled on its own: the sampler's prefill and decode loop
+# (sampling/decode.py, jitted as engine.ShardedSampler does), g_ref over the reference set, fused
+# cosines of 64 and of 256 candidates, and the train step.
+FUNCTIONS = ("prefill", "decode", "g_ref", "cos64", "cos256", "train")
+FUNCTION_ALIASES = {"sampler": ("prefill", "decode"), "cosines": ("cos64", "cos256"), "all": FUNCTIONS}
+
+# HBM per chip of TPU generations (what the TPU compiler checks against; v5p measured: 95.74 GiB).
+TPU_HBM_GIB = {"v4": 32.0, "v5e": 16.0, "v5litepod": 16.0, "v5p": 95.74, "v6e": 32.0}
+
+
+def parse_functions(spec: str | None) -> tuple[str, ...]:
+  """"sampler,g_ref,cos64" -> ("prefill", "decode", "g_ref", "cos64"); aliases: sampler, cosines, all.
+  cosN for any N (e.g. cos128) is accepted."""
+  out: list[str] = []
+  for name in (spec or "all").split(","):
+    name = name.strip()
+    names = FUNCTION_ALIASES.get(name, (name,))
+    for n in names:
+      if n not in FUNCTIONS and not (n.startswith("cos") and n[3:].isdigit()):
+        raise ValueError(f"unknown function {n!r} (known: {', '.join(FUNCTIONS)}, cosN, "
+                         f"{', '.join(FUNCTION_ALIASES)})")
+      if n not in out:
+        out.append(n)
+  return tuple(out)
+
+
+def device_memory_bytes(topology: str | None = None, gib: float | None = None) -> int:
+  """The memory one device has: `gib` if given, else a TPU topology's HBM, else 80 GiB (A100/H100)."""
+  if gib:
+    return int(gib * GIB)
+  if topology:
+    generation = topology.split(":")[0].lower()
+    if generation not in TPU_HBM_GIB:
+      raise ValueError(f"HBM of {generation!r} unknown; pass --device-memory-gib")
+    return int(TPU_HBM_GIB[generation] * GIB)
+  return 80 * GIB
+
+
+def _sampler_static(work: Workload):
+  from compassplay_jax.sampling.config import SamplerParams
+  return dict(n_samples=1, max_new_tokens=work.sampler_new_tokens, sampler=SamplerParams(1.0, 1.0, 0),
+              eos_ids=(0,), pad_id=0)
+
+
+def _sampler_prefill(cfg: ModelConfig, mesh, work: Workload):
+  """(jitted prefill, its abstract args) as engine.ShardedSampler builds it."""
+  from jax.sharding import NamedSharding
+  from jax.sharding import PartitionSpec as P
+
+  from compassplay_jax import engine as engine_lib
+  from compassplay_jax.models import hf_io
+  from compassplay_jax.sampling import decode as decode_lib
+  graphdef, _ = hf_io.abstract_model(cfg)
+  params = reward_abstract_params(cfg, mesh)
+  p_sh = jax.tree.map(lambda x: x.sharding, params)
+  rows, length = work.sampler_rows, work.sampler_prompt_len
+  row_sh = lambda shape: NamedSharding(mesh, sharding_lib.fit_spec(P(sharding_lib.BATCH_AXES), shape, mesh))
+  repl = sharding_lib.replicated(mesh)
+  shapes = [((rows, length), jnp.int32), ((rows, length), jnp.int32), ((rows,), jnp.int32), ((rows,), jnp.bool_)]
+  args = [jax.ShapeDtypeStruct(shape, dtype, sharding=row_sh(shape)) for shape, dtype in shapes]
+  key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=repl)
+  static = _sampler_static(work)
+  fn = lambda p, *rest: decode_lib.prefill.__wrapped__(graphdef, p, *rest, **static)
+  state = jax.eval_shape(fn, params, *args, key)
+  s_sh = engine_lib.decode_state_shardings(mesh, state)
+  jitted = jax.jit(fn, in_shardings=(p_sh,) + tuple(a.sharding for a in args) + (repl,), out_shardings=s_sh)
+  return jitted, (params, *args, key), graphdef, state, s_sh
+
+
+def compile_prefill(cfg: ModelConfig, mesh, work: Workload):
+  jitted, args, *_ = _sampler_prefill(cfg, mesh, work)
+  return jitted.lower(*args).compile(), args
+
+
+def compile_decode(cfg: ModelConfig, mesh, work: Workload):
+  """The decode loop (lax.while_loop over max_new_tokens steps, the state donated) at the full cache."""
+  from jax.sharding import NamedSharding
+  from jax.sharding import PartitionSpec as P
+
+  from compassplay_jax.sampling import decode as decode_lib
+  _, (params, *_), graphdef, state, s_sh = _sampler_prefill(cfg, mesh, work)
+  static = {k: v for k, v in _sampler_static(work).items() if k in ("sampler", "eos_ids", "pad_id")}
+  fn = lambda p, st, stop, done: decode_lib.decode.__wrapped__(graphdef, p, st, stop, done, **static)
+  repl = sharding_lib.replicated(mesh)
+  done_shape = (work.sampler_rows,)
+  done_sh = NamedSharding(mesh, sharding_lib.fit_spec(P(sharding_lib.BATCH_AXES), done_shape, mesh))
+  p_sh = jax.tree.map(lambda x: x.sharding, params)
+  args = (params, sharding_lib.abstract_sharded(state, s_sh), jax.ShapeDtypeStruct((), jnp.int32, sharding=repl),
+          jax.ShapeDtypeStruct(done_shape, jnp.bool_, sharding=done_sh))
+  jitted = jax.jit(fn, in_shardings=(p_sh, s_sh, repl, done_sh), out_shardings=s_sh, donate_argnums=(1,))
+  return jitted.lower(*args).compile(), args
+
+
+def compile_reference_gradient(cfg: ModelConfig, mesh, work: Workload):
+  """g_ref over the reference set, as engine.Engine.reference_gradient jits it."""
+  from compassplay_jax.models import hf_io
+  from compassplay_jax.rewards import reference
+  graphdef, _ = hf_io.abstract_model(cfg)
+  params = reward_abstract_params(cfg, mesh)
+  p_sh = jax.tree.map(lambda x: x.sharding, params)
+  batch, _ = _abstract_batch(mesh, work.reference_size, work.seq_len)
+  mb = work.reward_micro_batch
+  fn = lambda p, b: reference.reference_gradient(graphdef, p, b["tokens"], b["loss_mask"], b["attention_mask"],
+                                                 micro_batch=mb)
+  jitted = jax.jit(fn, in_shardings=(p_sh, sharding_lib.batch_tree_shardings(batch, mesh)), out_shardings=p_sh)
+  return jitted.lower(params, batch).compile(), params
+
+
+def compile_cosines(cfg: ModelConfig, mesh, work: Workload, n: int, method: str = "fused"):
+  """Cosines of n candidates with g_ref (params-shaped, like the params), as engine.Engine.cosines jits it."""
+  from compassplay_jax.models import hf_io
+  from compassplay_jax.rewards import cosines
+  graphdef, _ = hf_io.abstract_model(cfg)
+  params = reward_abstract_params(cfg, mesh)
+  p_sh = jax.tree.map(lambda x: x.sharding, params)
+  batch, bs1 = _abstract_batch(mesh, n, work.seq_len)
+  repl = sharding_lib.replicated(mesh)
+  fn = lambda p, g, b: cosines.gradient_cosines(graphdef, p, g, b["tokens"], b["loss_mask"], b["attention_mask"],
+                                                method=method, chunk_size=work.reward_micro_batch)
+  out = cosines.CosineResult(cosines=bs1, inner_products=bs1, sq_norms=bs1, ref_sq_norm=repl, has_loss_tokens=bs1)
+  jitted = jax.jit(fn, in_shardings=(p_sh, p_sh, sharding_lib.batch_tree_shardings(batch, mesh)), out_shardings=out)
+  return jitted.lower(params, params, batch).compile(), params
+
+
+def function_shapes(name: str, work: Workload) -> str:
+  """The shapes a function is compiled at, for the table."""
+  if name in ("prefill", "decode"):
+    return f"{work.sampler_rows} rows, cache {work.sampler_prompt_len}+{work.sampler_new_tokens}"
+  if name == "g_ref":
+    return f"{work.reference_size} x {work.seq_len}, mb {work.reward_micro_batch}"
+  if name == "train":
+    return f"{work.train_batch} x {work.seq_len}, mb {work.train_micro_batch}"
+  return f"{name[3:]} x {work.seq_len}, mb {work.reward_micro_batch}"
+
+
+def suggest_knob(name: str, cfg: ModelConfig, mesh, work: Workload) -> str:
+  """The first knob to turn when `name` does not fit, in the order that costs least."""
+  full_sequence = name != "decode"
+  if full_sequence and not cfg.attention_query_chunk:
+    return "attention_query_chunk (--attention-chunk)"
+  if name in ("g_ref", "train") or name.startswith("cos"):
+    if not cfg.remat:
+      return "remat (--remat)"
+    mb = work.train_micro_batch if name == "train" else work.reward_micro_batch
+    if mb > sharding_lib.batch_divisor(mesh):
+      return "smaller micro-batch (--micro-batch)"
+  if name in ("prefill", "decode") and work.sampler_rows > sharding_lib.batch_divisor(mesh):
+    return "fewer sampler rows (--sampler-rows; config.sampling.micro_batch_size)"
+  if mesh.shape.get("tensor", 1) == 1:
+    return "tensor axis (--mesh d,f,t with t > 1)"
+  return "more devices"
+
+
+def compile_function(name: str, cfg: ModelConfig, mesh, work: Workload, train_cfg=None,
+                     reward_method: str = "fused"):
+  if name == "prefill":
+    return compile_prefill(cfg, mesh, work)
+  if name == "decode":
+    return compile_decode(cfg, mesh, work)
+  if name == "g_ref":
+    return compile_reference_gradient(cfg, mesh, work)
+  if name == "train":
+    return compile_train_step(cfg, mesh, work, train_cfg)
+  if name.startswith("cos"):
+    return compile_cosines(cfg, mesh, work, int(name[3:]), reward_method)
+  raise ValueError(f"unknown function {name!r}")
+
+
+def report_functions(cfg: ModelConfig, mesh, work: Workload, functions=FUNCTIONS, *, device_bytes: int = 80 * GIB,
+                     train_cfg=None, reward_method: str = "fused", on_row=None) -> list[dict[str, Any]]:
+  """One row per function: XLA's per-device argument / output / temp / peak bytes and whether the
+  peak fits `device_bytes` (else the knob to turn: `suggest_knob`). A TPU compiler out-of-memory
+  verdict is a row that does not fit. `on_row(row)` is called as each row is done (progress)."""
+  import time
+  rows = []
+  for name in functions:
+    start = time.time()
+    figures, _ = _compile_or_oom(lambda: compile_function(name, cfg, mesh, work, train_cfg, reward_method))
+    fits = "oom" not in figures and figures.get("peak", 0) <= device_bytes
+    row = {"model": work.model, "mesh": sharding_lib.mesh_summary(mesh), "function": name,
+           "shapes": function_shapes(name, work), **figures, "device_bytes": device_bytes,
+           "fits": "yes" if fits else "no: " + suggest_knob(name, cfg, mesh, work),
+           "attention_query_chunk": cfg.attention_query_chunk, "remat": cfg.remat,
+           "compile_s": round(time.time() - start, 1)}
+    rows.append(row)
+    if on_row is not None:
+      on_row(row)
+  return rows
+
+
+def format_function_table(rows: list[dict[str, Any]]) -> str:
+  """A markdown table of `report_functions` rows, bytes per device."""
+  lines = ["| model | mesh | function | shapes | argument | output | temp | peak | fits |",
+           "|---|---|---|---|---|---|---|---|---|"]
+  for r in rows:
+    if "oom" in r:
+      cells = ["-", "-", "-", "compiler: out of memory"]
+    else:
+      cells = [_size(r["argument"]), _size(r["output"]), _size(r["temp"]), _size(r["peak"])]
+    lines.append(f"| {r['model']} | {r['mesh']} | {r['function']} | {r['shapes']} | " + " | ".join(cells)
+                 + f" | {r['fits']} |")
   return "\n".join(lines)

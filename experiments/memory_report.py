@@ -11,6 +11,16 @@ markdown table (docs/sharding.md has the numbers). CPU compile figures approxima
 Flags: --remat (recompute each block in the backward pass), --compute-dtype bfloat16,
 --param-dtype bfloat16 (model/reward params; the train step keeps fp32 masters unless --no-master-fp32),
 --seq-len / --train-micro-batch / --reward-candidates to override the workload.
+
+Per-function report (--functions): each device function of the paper step compiled on its own, one
+row each with argument / output / temp / peak bytes per device and whether the peak fits the device
+(--device-memory-gib; default 80 GiB, or the --topology's HBM), else the knob to turn:
+  python3 experiments/memory_report.py --workload sgs-lean --mesh 1,8,1 --remat --attention-chunk 1024 \
+      --functions sampler,g_ref,cos64,cos256,train
+  python3 experiments/memory_report.py --tiny --mesh 2,2,2 --functions all   # seconds
+Functions: prefill, decode (alias sampler), g_ref, cos64, cos256 (alias cosines; any cosN), train; all.
+--attention-chunk N (ModelConfig.attention_query_chunk), --micro-batch N (train and reward
+micro-batch), --sampler-rows N, --reference-size N.
 """
 import argparse
 import dataclasses
@@ -35,6 +45,14 @@ def parse_args(argv=None):
   parser.add_argument("--seq-len", type=int)
   parser.add_argument("--train-micro-batch", type=int)
   parser.add_argument("--reward-candidates", type=int)
+  parser.add_argument("--functions", help="per-function report: comma list of prefill, decode, g_ref, cos64, "
+                      "cos256, train, cosN, or sampler / cosines / all (default: the two-step table)")
+  parser.add_argument("--attention-chunk", type=int, help="ModelConfig.attention_query_chunk (0 = plain)")
+  parser.add_argument("--micro-batch", type=int, help="train and reward micro-batch (rows per fwd/bwd)")
+  parser.add_argument("--sampler-rows", type=int, help="rows the sampler decodes together")
+  parser.add_argument("--reference-size", type=int)
+  parser.add_argument("--device-memory-gib", type=float, help="per-device memory for the fits column "
+                      "(default: 80, or the --topology's HBM)")
   parser.add_argument("--json", help="also write the rows here (process 0)")
   return parser.parse_args(argv)
 
@@ -60,22 +78,38 @@ def main(argv=None):
       work = mr.PAPER_WORKLOADS[name]
       settings.append((mr.PAPER_MODELS[work.model], work))
   overrides = {k: v for k, v in (("seq_len", args.seq_len), ("train_micro_batch", args.train_micro_batch),
-                                 ("reward_candidates", args.reward_candidates)) if v}
+                                 ("reward_candidates", args.reward_candidates),
+                                 ("train_micro_batch", args.micro_batch), ("reward_micro_batch", args.micro_batch),
+                                 ("sampler_rows", args.sampler_rows), ("reference_size", args.reference_size)) if v}
   train_cfg = TrainConfig(master_fp32=not args.no_master_fp32)
+  functions = mr.parse_functions(args.functions) if args.functions else None
+  device_bytes = mr.device_memory_bytes(args.topology, args.device_memory_gib)
   rows = []
   for cfg, work in settings:
     cfg = cfg.replace(remat=args.remat, dtype=args.compute_dtype, param_dtype=args.param_dtype)
+    if args.attention_chunk is not None:
+      cfg = cfg.replace(attention_query_chunk=args.attention_chunk)
     work = dataclasses.replace(work, **overrides)
     for mesh_arg in args.mesh or ["1,-1,1"]:
       mesh = sh.make_mesh(mesh_arg, devices=devices)
       start = time.time()
+      if functions is not None:
+        def progress(row):
+          print(f"# {row['model']} on {row['mesh']}: {row['function']} compiled in {row['compile_s']} s "
+                f"(fits: {row['fits']})", file=sys.stderr, flush=True)
+        for row in mr.report_functions(cfg, mesh, work, functions, device_bytes=device_bytes, train_cfg=train_cfg,
+                                       reward_method=args.reward_method, on_row=progress):
+          row.update(backend=args.topology or f"cpu x{args.devices}", workload=dataclasses.asdict(work),
+                     compute_dtype=args.compute_dtype, param_dtype=args.param_dtype)
+          rows.append(row)
+        continue
       row = mr.report(cfg, mesh, work, reward_method=args.reward_method, train_cfg=train_cfg)
       row.update(backend=args.topology or f"cpu x{args.devices}", workload=dataclasses.asdict(work),
                  remat=args.remat, compute_dtype=args.compute_dtype,
                  param_dtype=args.param_dtype, compile_s=round(time.time() - start, 1))
       rows.append(row)
       print(f"# {work.model} on {row['mesh']}: compiled in {row['compile_s']} s", file=sys.stderr, flush=True)
-  print(mr.format_table(rows))
+  print(mr.format_function_table(rows) if functions is not None else mr.format_table(rows))
   if args.json:
     from compassplay_jax import distributed
     distributed.write_json(args.json, rows)

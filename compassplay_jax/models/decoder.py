@@ -221,7 +221,9 @@ class Decoder(nnx.Module):
     chunk = self.config.attention_query_chunk  # static: a Python int from the (hashable) config
     for i, block in enumerate(self.layers):
       layer_cache = None if cache is None else cache[i]
-      if self.config.remat:
+      # remat only matters when differentiating (no cache); inside the sampler's decode while_loop
+      # flax's nnx.remat of a block merged outside the loop raises TraceContextError.
+      if self.config.remat and cache is None:
         x, layer_new = nnx.remat(lambda blk, x_, c_: blk(x_, cos, sin, allowed, ops, c_, cache_index, chunk))(
             block, x, layer_cache)
       else:

@@ -1,0 +1,66 @@
+"""The per-function AOT memory report (memory_report.report_functions, experiments/memory_report.py --functions).
+
+The compile runs in a subprocess with 8 simulated CPU devices (the main pytest process's jax has one),
+on the tiny config, as tests/test_sharding.py runs tests/sharding_cases.py.
+"""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from compassplay_jax import memory_report as mr
+from compassplay_jax import sharding as sh
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_parse_functions_and_device_memory():
+  assert mr.parse_functions("sampler,g_ref,cos64,cos256,train") == (
+      "prefill", "decode", "g_ref", "cos64", "cos256", "train")
+  assert mr.parse_functions("all") == mr.FUNCTIONS
+  assert mr.parse_functions("cosines,cos16") == ("cos64", "cos256", "cos16")
+  with pytest.raises(ValueError, match="unknown function"):
+    mr.parse_functions("sampler,nope")
+  assert mr.device_memory_bytes() == 80 * mr.GIB
+  assert mr.device_memory_bytes("v5p:2x2x2") == int(95.74 * mr.GIB)
+  assert mr.device_memory_bytes("v5p:2x2x2", gib=10) == 10 * mr.GIB
+
+
+def test_suggested_knobs_in_order():
+  cfg, work = mr.tiny_workload()
+  mesh = sh.make_mesh((1, 1, 1))
+  assert mr.suggest_knob("train", cfg, mesh, work).startswith("attention_query_chunk")
+  assert mr.suggest_knob("decode", cfg, mesh, work).startswith("fewer sampler rows")
+  cfg = cfg.replace(attention_query_chunk=8)
+  assert mr.suggest_knob("g_ref", cfg, mesh, work).startswith("remat")
+  cfg = cfg.replace(remat=True)
+  assert mr.suggest_knob("cos64", cfg, mesh, work).startswith("smaller micro-batch")
+  import dataclasses
+  work = dataclasses.replace(work, train_micro_batch=1, sampler_rows=1)
+  assert mr.suggest_knob("train", cfg, mesh, work).startswith("tensor axis")
+  assert mr.suggest_knob("prefill", cfg, mesh, work).startswith("tensor axis")
+
+
+def test_per_function_report_on_8_devices(tmp_path):
+  out = tmp_path / "rows.json"
+  env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_DISABLE_MOST_OPTIMIZATIONS="1", PYTHONPATH=str(REPO))
+  env.pop("XLA_FLAGS", None)
+  cmd = [sys.executable, "experiments/memory_report.py", "--tiny", "--devices", "8", "--mesh", "2,2,2",
+         "--functions", "sampler,g_ref,cos16,train", "--attention-chunk", "8", "--remat",
+         "--compute-dtype", "float32", "--param-dtype", "float32", "--device-memory-gib", "0.0005",
+         "--json", str(out)]
+  proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rows = json.loads(out.read_text())
+  assert [r["function"] for r in rows] == ["prefill", "decode", "g_ref", "cos16", "train"]
+  for r in rows:
+    assert r["mesh"] == "data=2, fsdp=2, tensor=2" and r["attention_query_chunk"] == 8 and r["remat"]
+    assert r["peak"] >= r["argument"] > 0 and r["temp"] >= 0
+    assert r["fits"] == ("yes" if r["peak"] <= 0.0005 * mr.GIB else "no: " + r["fits"][4:])
+  assert any(r["fits"] == "yes" for r in rows) and any(r["fits"].startswith("no: ") for r in rows)
+  # The sampler's decode at the full cache holds the (rows x slots) KV cache among its arguments.
+  assert "| tiny | data=2, fsdp=2, tensor=2 | decode | 8 rows, cache 16+16 |" in proc.stdout
+  assert "| function | shapes | argument | output | temp | peak | fits |" in proc.stdout

@@ -4,7 +4,7 @@
 #     cpu (default)  jax with its CPU jaxlib
 #     cuda12         jax[cuda12]: NVIDIA GPUs (CUDA 12 wheels from PyPI; needs an NVIDIA driver)
 #     tpu            jax[tpu]: Cloud TPU VMs and Colab TPU runtimes
-#     test           plus test-only dependencies (torch CPU, accelerate, pytest)
+#     test           plus test-only dependencies (torch CPU, accelerate, pytest, nbclient + ipykernel)
 # Where jax is already installed and sees a GPU or TPU (a Colab runtime, a cloud image), that jax is
 # kept as it is: the other dependencies are installed against it, never a CPU build over it.
 # COMPASSPLAY_INSTALL_DRY_RUN=1 prints the pip commands instead of running them.

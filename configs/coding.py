@@ -21,6 +21,9 @@ def get_config(arg: str = ""):
   config.model.dtype = "bfloat16"  # AZR: bf16 (§5.3)
   config.model.param_dtype = "float32"  # fp32 master weights
   config.model.remat = True  # AZR: gradient checkpointing (§5.3)
+  # Query-blocked attention: at 6144 + 8096 tokens plain attention's fp32 scores alone are ~23 GB per
+  # row and layer; blocks of 1024 queries bound them (docs/sharding.md, "Per-function report").
+  config.model.attention_query_chunk = 1024
   config.steps = 200  # paper: 200 training steps (design card; AZR itself reports <= 500, §12)
 
   c = config.coding
@@ -82,6 +85,7 @@ def _demo(config):
   config.model.path = "smollm2-135m"
   config.model.dtype = "float32"
   config.model.remat = False
+  config.model.attention_query_chunk = 0  # short sequences: plain attention
   config.steps = 3
   c = config.coding
   c.task_types = "deduction,abduction"

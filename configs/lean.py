@@ -20,6 +20,9 @@ def get_config(arg: str = ""):
   config.model.dtype = "bfloat16"  # SGS: bf16 (§1.3)
   config.model.param_dtype = "float32"
   config.model.remat = True
+  # Query-blocked attention: bounds the fp32 T x T scores of 8192-token passes (docs/sharding.md,
+  # "Per-function report").
+  config.model.attention_query_chunk = 1024
   config.steps = 200  # paper: 200 iterations, coverage measured every iteration (design card); SGS ~200 (§1.3)
 
   l = config.lean
@@ -65,6 +68,7 @@ def get_config(arg: str = ""):
     config.model.path = "smollm2-135m"
     config.model.dtype = "float32"
     config.model.remat = False
+    config.model.attention_query_chunk = 0  # short sequences: plain attention
     config.steps = 3
     l.targets_path = "data:minif2f/minif2f.jsonl"
     l.targets_limit = 8
@@ -78,6 +82,7 @@ def get_config(arg: str = ""):
     config.model.path = "tiny"
     config.model.dtype = "float32"
     config.model.remat = False
+    config.model.attention_query_chunk = 0
     config.steps = 2
     l.targets_path = ""  # tests pass a small target file
     l.targets_limit = 4

@@ -330,6 +330,8 @@ class CodingSelfPlay:
           candidate.jaccard = max((novelty.token_jaccard(program_text, ref, language="python")
                                    for ref in plan.references[t][j]), default=0.0)
           seed = plan.seeds[t][j] if self.local else None
+          # local: cosines of eligible candidates only (each seed's g_ref costs a backward pass)
+          candidate.report_cosine = not self.local
           if seed is not None:  # local reference: compared with (and novel against) its own seed
             candidate.reference = local_reference.seed_key(seed)
             candidate.jaccard = novelty.token_jaccard(program_text or "", seed.program, language="python")

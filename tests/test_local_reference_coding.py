@@ -124,6 +124,8 @@ def test_an_exact_copy_of_the_seed_is_paid_zero_and_kept_in_the_batch(stepped):
   assert all(c.jaccard < novelty.COPY_THRESHOLD for c in novel)
   # Lean's copy metrics over the in-band candidates: half are exact copies of their seed.
   assert metrics["copy_rate"] == metrics["exact_copy_rate"] == 0.5 and metrics["rename_rate"] == 0.0
+  # The per-candidate records carry J too (docs/experiments.md reads cosines of copies vs the rest).
+  assert [r["jaccard"] for r in metrics["candidates"]] == pytest.approx([c.jaccard for c in candidates])
   # Every proposal keeps its row (reward 0 for the copies); its weight is its TRR++ advantage.
   proposer = [r for r in rows if r.role == "proposer"]
   assert [r.reward for r in proposer] == [c.reward for c in candidates]

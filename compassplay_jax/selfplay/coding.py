@@ -436,6 +436,7 @@ class CodingSelfPlay:
           metrics[f"{t}/cos_eligible_mean"] = float(np.mean([cand.cosine or 0.0 for cand in in_band]))
       records += [{"type": t, "solve_rate": cand.solve_rate, "cosine": cand.cosine if scored and cand.valid else None,
                    "reward": cand.reward, "valid": cand.valid, "in_band": cand.eligible,
+                   "jaccard": float(cand.jaccard),  # to the seed / nearest shown reference (copies: > 0.8)
                    "paid_by": (("cosine" if cfg.reward.name in COS_REWARDS else cfg.reward.name)
                                if cand.eligible and cand.formatted else "gate")} for cand in group]
       metrics[f"{t}/in_band_rate"] = len(in_band) / max(n, 1)

@@ -2,7 +2,7 @@
 
 A candidate record (one per proposal, from the coding loop's metrics["candidates"]):
   {"type": "deduction", "solve_rate": 0.5, "cosine": 0.12 | None, "reward": 0.12, "valid": True,
-   "in_band": True, "paid_by": "cosine" | "gate" | "difficulty" | ...}
+   "in_band": True, "paid_by": "cosine" | "gate" | "difficulty" | ..., "jaccard": 0.3}
 "paid_by" says where the reward came from: the gradient cosine for in-band candidates under a
 cosine reward, the gate (bad format / invalid / out of band) otherwise.
 """

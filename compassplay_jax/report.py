@@ -36,7 +36,8 @@ def write_report(paths, out, baseline="difficulty", copy_at=None, window=None, l
   builders = {"accuracy": lambda arms: tables.accuracy_table(arms, baseline),
               "ablation": lambda arms: tables.ablation_table(arms, baseline, copy_at, window),
               "iterations_to_reach": lambda arms: tables.reach_table(arms, baseline),
-              "cost": tables.cost_table}
+              "cost": tables.cost_table,
+              "copy_cosines": lambda arms: tables.copy_cosine_table(arms, window)}
   for setting, arms in runs_lib.group_by_arm(runs).items():
     arms = dict(sorted(arms.items(), key=lambda item: item[0] != baseline))  # the baseline's row first
     lines += ["", f"## {setting}", "",

@@ -213,3 +213,36 @@ def test_runs_sharing_arm_and_seed_are_flagged(tmp_path):
   index = report.write_report([tmp_path / "runs"], tmp_path / "out", log=lambda _: None)
   warnings = [line for line in index if line.startswith("- warning: ")]
   assert len(warnings) == 1 and "arm 'difficulty': seed 0 appears in 2 runs" in warnings[0]
+
+
+def test_copy_cosine_table_by_hand(tmp_path):
+  """Pooled in-band candidates per run, split at J > 0.8; out-of-band and cosine-less records ignored."""
+  def cand(cos, j, reward, in_band=True):
+    return {"type": "deduction", "cosine": cos, "jaccard": j, "reward": reward, "in_band": in_band}
+  runs = {  # (arm, seed) -> {step: candidates}
+      ("compassplay_cos", 0): {1: [cand(0.9, 1.0, 0.9), cand(0.1, 0.2, 0.1), cand(0.5, 0.9, 0.5, in_band=False)],
+                               2: [cand(0.7, 0.85, 0.7), cand(-0.3, 0.8, -0.3)]},  # J = 0.8 is not a copy
+      ("compassplay_cos", 1): {1: [cand(0.5, 0.95, 0.5)], 2: [cand(0.2, 0.1, 0.2), cand(None, 0.1, -0.5)]},
+      ("compassplay_cos_novelty", 0): {1: [cand(0.8, 1.0, 0.0), cand(0.4, 0.5, 0.2)], 2: []},
+  }
+  for (arm, seed), steps in runs.items():
+    _write_run(tmp_path / "runs" / arm / f"seed_{seed}", "coding", arm, seed,
+               [(s, {"candidates": c, "copy_rate": 0.0}) for s, c in steps.items()])
+  out = tmp_path / "report"
+  report.write_report([tmp_path / "runs"], out, baseline="difficulty")
+  table = _table(out, "coding", "copy_cosines")
+  cos = _row(table, "compassplay_cos")
+  # seed 0: copies 0.9, 0.7 -> 0.8; others 0.1, -0.3 -> -0.1. seed 1: copies 0.5; others 0.2.
+  assert cos["cos_copies"]["values"] == pytest.approx([0.8, 0.5])
+  assert cos["cos_others"]["values"] == pytest.approx([-0.1, 0.2])
+  assert cos["cos_copies"]["mean"] == pytest.approx(0.65)
+  assert cos["cos_copies"]["sd"] == pytest.approx(statistics.stdev([0.8, 0.5]))
+  assert cos["n_copies"]["values"] == [2.0, 1.0] and cos["n_others"]["values"] == [2.0, 1.0]
+  nov = _row(table, "compassplay_cos_novelty")
+  assert nov["reward_copies"]["values"] == pytest.approx([0.0]) and nov["reward_others"]["values"] == pytest.approx([0.2])
+  assert "copy_cosines" in (out / "report.md").read_text()
+
+
+def test_copy_cosine_table_unsupported_without_candidate_jaccards(coding_runs, tmp_path):
+  lines = report.write_report([coding_runs], tmp_path / "out", baseline="difficulty")
+  assert any("copy_cosines" in line and "not supported" in line for line in lines)

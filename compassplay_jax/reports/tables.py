@@ -14,6 +14,7 @@ import numpy as np
 from compassplay_jax.evals.benchmarks import BENCHMARKS
 from compassplay_jax.reports import stats
 from compassplay_jax.reports.runs import DOMAIN_MEANS
+from compassplay_jax.rewards.novelty import COPY_THRESHOLD
 
 SOLVED_KEY = "coverage/solved"  # Lean: targets proved so far (cumulative)
 COVERAGE_KEY = "coverage"  # Lean: fraction of targets proved so far
@@ -172,6 +173,50 @@ def cost_table(arms) -> Table:
               for arm, rs in arms.items()}
   return _fill(table, per_seed, None)
 
+
+
+def _copy_split(run, start: int, end: int) -> dict[str, list[float]]:
+  """A run's in-band candidate records with a cosine and a Jaccard, steps start..end, split at the copy threshold."""
+  out = {"copies": [], "others": [], "reward_copies": [], "reward_others": []}
+  for record in run.records:
+    if not start <= record["step"] <= end:
+      continue
+    for c in record.get("candidates") or []:
+      if c.get("in_band") and c.get("cosine") is not None and c.get("jaccard") is not None:
+        side = "copies" if c["jaccard"] > COPY_THRESHOLD else "others"
+        out[side].append(float(c["cosine"]))
+        out["reward_" + side].append(float(c["reward"]))
+  return out
+
+
+def copy_cosine_table(arms, window: tuple[float, float] | None = None) -> Table:
+  """Why the local-reference shortcut pays copies: the mean cosine and reward of in-band copies of the
+  seed (token-Jaccard > 0.8) against the other in-band candidates, pooled over a run's steps (coding
+  runs' per-candidate records); mean ± s.d. over seeds."""
+  runs = [r for rs in arms.values() for r in rs]
+  if not any(c.get("jaccard") is not None and c.get("cosine") is not None
+             for r in runs for record in r.records for c in record.get("candidates") or []):
+    raise Unsupported("no candidate records with both a cosine and a token-Jaccard (coding runs with a "
+                      "cosine reward record them)")
+  start, end = window if window is not None else (1, _common_last_step(runs))
+  table = Table("copy_cosines", f"In-band candidates, steps {start:g}–{end:g}: copies of the seed (J > "
+                f"{COPY_THRESHOLD}) vs the rest; mean ± s.d. over seeds of each run's pooled mean",
+                [Column("cos_copies", "cosine, copies", gain=False), Column("cos_others", "cosine, others", gain=False),
+                 Column("reward_copies", "reward, copies", gain=False),
+                 Column("reward_others", "reward, others", gain=False),
+                 Column("n_copies", "copies", digits=0, gain=False), Column("n_others", "others", digits=0, gain=False)],
+                [])
+  per_seed = {}
+  for arm, arm_runs in arms.items():
+    splits = [_copy_split(r, start, end) for r in arm_runs]
+    mean = lambda xs: float(np.mean(xs)) if xs else math.nan  # noqa: E731
+    per_seed[arm] = {"cos_copies": [mean(s["copies"]) for s in splits],
+                     "cos_others": [mean(s["others"]) for s in splits],
+                     "reward_copies": [mean(s["reward_copies"]) for s in splits],
+                     "reward_others": [mean(s["reward_others"]) for s in splits],
+                     "n_copies": [float(len(s["copies"])) for s in splits],
+                     "n_others": [float(len(s["others"])) for s in splits]}
+  return _fill(table, per_seed, None)
 
 # ---- rendering -------------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ import pytest
 from compassplay_jax import report
 from compassplay_jax.evals import report as eval_report
 
+REPO = pathlib.Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -246,3 +247,15 @@ def test_copy_cosine_table_by_hand(tmp_path):
 def test_copy_cosine_table_unsupported_without_candidate_jaccards(coding_runs, tmp_path):
   lines = report.write_report([coding_runs], tmp_path / "out", baseline="difficulty")
   assert any("copy_cosines" in line and "not supported" in line for line in lines)
+
+
+def test_window_means_script_by_hand(tmp_path, capsys):
+  import importlib.util
+  spec = importlib.util.spec_from_file_location("window_means", REPO / "experiments" / "window_means.py")
+  window_means = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(window_means)
+  _write_run(tmp_path / "a" / "seed_0", "coding", "a", 0,
+             [(1, {"copy_rate": 0.5}), (2, {"copy_rate": 1.0}), (3, {"other": 1.0}), (4, {"copy_rate": 0.0})])
+  assert window_means.main([str(tmp_path), "--keys", "copy_rate", "--windows", "1:3,4:4,5:9"]) == 0
+  rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| a/")]
+  assert rows == ["| a/seed_0 | 1–3 | 0.750 |", "| a/seed_0 | 4–4 | 0.000 |", "| a/seed_0 | 5–9 | nan |"]

@@ -163,15 +163,16 @@ class Engine:
       return jax.jit(fn, in_shardings=(p_sh, p_sh, self.rows, self.rows, self.rows), out_shardings=out)
     return self._cached("cosines", build)(params, g_ref, tokens, loss_mask, attention_mask)
 
-  def soar_heldout_loss(self, params, tokens, loss_mask, attention_mask):
-    """SOAR's held-out loss at `params` (rewards/soar.py; rows: a multiple of data*fsdp), a scalar."""
+  def mean_loss(self, params, tokens, loss_mask, attention_mask):
+    """Mean per-sequence loss over the rows with loss tokens at `params`, forward only (rows: a multiple
+    of data*fsdp), a scalar: SOAR's held-out loss and the session's reference loss (rewards/soar.py)."""
     mb = min(self.settings.reward_micro_batch, sh.round_to_mesh(tokens.shape[0], self.mesh))
 
     def build():
       fn = lambda p, t, lm, am: soar_lib.heldout_loss(self.graphdef, p, t, lm, am, micro_batch=mb)
       return jax.jit(fn, in_shardings=(self.param_shardings(params), self.rows, self.rows, self.rows),
                      out_shardings=self.repl)
-    return self._cached(("soar_heldout", mb), build)(params, tokens, loss_mask, attention_mask)
+    return self._cached(("mean_loss", mb), build)(params, tokens, loss_mask, attention_mask)
 
   def soar_trained_heldout_loss(self, params, train: dict, heldout: dict, *, steps: int, learning_rate: float):
     """SOAR's held-out loss after `steps` SGD steps of a copy of `params` on the `train` rows (a group's

@@ -16,11 +16,10 @@ import time
 from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from compassplay_jax import compile_cache, config_base
+from compassplay_jax import compile_cache, config_base, distributed
 from compassplay_jax.checkpoint import CheckpointManager
 from compassplay_jax.engine import Engine, EngineSettings
 from compassplay_jax.metrics import MetricsWriter, last_value, truncate_metrics
@@ -39,7 +38,6 @@ class Session:
     self.setting, self.tokenizer, self.manager, self.writer, self.compiles = setting, tokenizer, manager, writer, compiles
     self.accelerator_s_total = last_value(self.workdir, "cost/accelerator_s_total") if start else 0.0
     self.eval_items = None
-    self._reference_loss_fn = None
     self._own_reference = None
 
   @classmethod
@@ -147,16 +145,10 @@ class Session:
     reference = self._reference_batch()
     if reference is None:
       return float("nan")
-    if self._reference_loss_fn is None:
-      from compassplay_jax.rewards.losses import per_sequence_loss, token_counts
-
-      def mean_loss(params, tokens, loss_mask, attention_mask):
-        losses = per_sequence_loss(self.graphdef, params, tokens, loss_mask, attention_mask)
-        has_tokens = token_counts(loss_mask, attention_mask) > 0
-        return jnp.sum(jnp.where(has_tokens, losses, 0.0)) / jnp.maximum(jnp.sum(has_tokens), 1)
-      self._reference_loss_fn = jax.jit(mean_loss)
-    return float(self._reference_loss_fn(self.params, np.asarray(reference.tokens), np.asarray(reference.loss_mask),
-                                         np.asarray(reference.attention_mask)))
+    batch = self.engine.put_batch(self.engine.pad_rows(
+        {k: np.asarray(getattr(reference, k)) for k in ("tokens", "loss_mask", "attention_mask")}))
+    return float(distributed.to_host(self.engine.mean_loss(self.params, batch["tokens"], batch["loss_mask"],
+                                                           batch["attention_mask"])))
 
   def _reference_batch(self):
     """The setting's packed reference set; a coding run whose reward uses no cosine (difficulty, ...)

@@ -46,7 +46,7 @@ def measure(engine, params, candidates: Sequence, heldout: PackedBatch, *, group
   if not members:
     return {"soar/groups": 0}
   held = _place(engine, heldout.as_dict(), pad_id)
-  before = float(distributed.to_host(engine.soar_heldout_loss(params, held["tokens"], held["loss_mask"],
+  before = float(distributed.to_host(engine.mean_loss(params, held["tokens"], held["loss_mask"],
                                                               held["attention_mask"])))
   packed = pack([candidates[i].solution[0] for i in members], [candidates[i].solution[1] for i in members],
                 pad_id, max_len=max_len, buckets=TRAIN_BUCKETS)

@@ -226,7 +226,7 @@ class CodingSelfPlay:
     block = {tasks.DEDUCTION: "output", tasks.ABDUCTION: "input", tasks.INDUCTION: "python"}[task.type]
     return self.config.coding.solver_prefix.format(block=block)
 
-  def _gold_completion(self, task) -> np.ndarray:
+  def gold_completion(self, task) -> np.ndarray:
     """Token ids of the task's gold answer written as a solver response (after the solver prefix)."""
     answer = {tasks.DEDUCTION: task.output, tasks.ABDUCTION: task.input, tasks.INDUCTION: task.program}[task.type]
     c = self.config.coding
@@ -354,7 +354,7 @@ class CodingSelfPlay:
       cand = candidates[i]
       cand.solve_rate = float(np.mean(verdicts[v]))
       sample = v * n + verdicts[v].index(True) if any(verdicts[v]) else None
-      cand.solution = ((gen.prompt_tokens[v * n], self._gold_completion(tasks_of[i])) if sample is None
+      cand.solution = ((gen.prompt_tokens[v * n], self.gold_completion(tasks_of[i])) if sample is None
                        else (gen.prompt_tokens[sample], gen.tokens[sample]))
     if self.soar_heldout is not None:  # SOAR: a solver copy trained per group, held-out loss gain
       r = self.config.reward

@@ -8,7 +8,7 @@ proof of the seed it was conditioned on (selfplay/lean.py). This is the same ref
            conjecturer is); for induction, the buffer task whose program is shown.
   g_ref    the gradient of the solver's loss on the seed task's verified solution: the solver prompt
            of the seed task (the one its own solve-rate samples get) and, as completion, the seed's
-           gold answer written as the solver's response (CodingSelfPlay._gold_completion, the same
+           gold answer written as the solver's response (CodingSelfPlay.gold_completion, the same
            text the loop uses for g(x̃) when no sample is right). The buffer entry's answer was
            verified by running its program in the sandbox when it joined the buffer, and for
            deduction the verified answer is unique, so this is the solver's verified solution
@@ -53,7 +53,7 @@ def seed_references(setting, seeds: dict, candidates, max_len: int) -> dict:
     return {}
   tasks = [seeds[k] for k in keys]
   prompt_ids = encode_prompts(setting.tokenizer, setting.solver_prompts(tasks))
-  return {k: pack([p], [setting._gold_completion(t)], setting.tokenizer.pad_token_id, max_len=max_len)
+  return {k: pack([p], [setting.gold_completion(t)], setting.tokenizer.pad_token_id, max_len=max_len)
           for k, p, t in zip(keys, prompt_ids, tasks)}
 
 

@@ -435,14 +435,15 @@ def report_functions(cfg: ModelConfig, mesh, work: Workload, functions=FUNCTIONS
 
 
 def format_function_table(rows: list[dict[str, Any]]) -> str:
-  """A markdown table of `report_functions` rows, bytes per device."""
-  lines = ["| model | mesh | function | shapes | argument | output | temp | peak | fits |",
-           "|---|---|---|---|---|---|---|---|---|"]
+  """A markdown table of `report_functions` rows, bytes per device (with the backend and the compile
+  seconds where the rows carry them: experiments/memory_report.py adds both)."""
+  lines = ["| backend | model | mesh | function | shapes | argument | output | temp | peak | fits | compile s |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
     if "oom" in r:
       cells = ["-", "-", "-", "compiler: out of memory"]
     else:
       cells = [_size(r["argument"]), _size(r["output"]), _size(r["temp"]), _size(r["peak"])]
-    lines.append(f"| {r['model']} | {r['mesh']} | {r['function']} | {r['shapes']} | " + " | ".join(cells)
-                 + f" | {r['fits']} |")
+    lines.append(f"| {r.get('backend', '-')} | {r['model']} | {r['mesh']} | {r['function']} | {r['shapes']} | "
+                 + " | ".join(cells) + f" | {r['fits']} | {r.get('compile_s', '-')} |")
   return "\n".join(lines)

@@ -18,6 +18,7 @@ row each with argument / output / temp / peak bytes per device and whether the p
   python3 experiments/memory_report.py --workload sgs-lean --mesh 1,8,1 --remat --attention-chunk 1024 \
       --functions sampler,g_ref,cos64,cos256,train
   python3 experiments/memory_report.py --tiny --mesh 2,2,2 --functions all   # seconds
+  python3 experiments/memory_report.py --table runs/mem/*.json   # one table from earlier --json files
 Functions: prefill, decode (alias sampler), g_ref, cos64, cos256 (alias cosines; any cosN), train; all.
 --attention-chunk N (ModelConfig.attention_query_chunk), --micro-batch N (train and reward
 micro-batch), --sampler-rows N, --reference-size N.
@@ -54,11 +55,23 @@ def parse_args(argv=None):
   parser.add_argument("--device-memory-gib", type=float, help="per-device memory for the fits column "
                       "(default: 80, or the --topology's HBM)")
   parser.add_argument("--json", help="also write the rows here (process 0)")
+  parser.add_argument("--table", nargs="+", metavar="JSON", help="print the per-function table of rows "
+                      "written by earlier --functions ... --json runs (compiles nothing)")
   return parser.parse_args(argv)
 
 
 def main(argv=None):
   args = parse_args(argv)
+  if args.table:
+    from compassplay_jax import memory_report as mr
+    rows = []
+    for path in args.table:
+      try:
+        rows += json.load(open(path))
+      except (OSError, ValueError) as err:
+        sys.exit(f"memory_report: cannot read rows from {path}: {err}")
+    print(mr.format_function_table(rows))
+    return
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                              f" --xla_force_host_platform_device_count={args.devices}").strip()

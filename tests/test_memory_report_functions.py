@@ -63,4 +63,15 @@ def test_per_function_report_on_8_devices(tmp_path):
   assert any(r["fits"] == "yes" for r in rows) and any(r["fits"].startswith("no: ") for r in rows)
   # The sampler's decode at the full cache holds the (rows x slots) KV cache among its arguments.
   assert "| tiny | data=2, fsdp=2, tensor=2 | decode | 8 rows, cache 16+16 |" in proc.stdout
-  assert "| function | shapes | argument | output | temp | peak | fits |" in proc.stdout
+  assert "| function | shapes | argument | output | temp | peak | fits | compile s |" in proc.stdout
+  # --table rebuilds the same table from the JSON rows alone (how docs/sharding.md's tables are made).
+  table = subprocess.run([sys.executable, "experiments/memory_report.py", "--table", str(out)], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=120)
+  assert table.returncode == 0, table.stderr[-2000:]
+  assert table.stdout.strip() == "\n".join(proc.stdout.strip().splitlines()[-len(rows) - 2:])
+  assert "| cpu x8 | tiny | data=2, fsdp=2, tensor=2 | decode |" in table.stdout
+  bad = subprocess.run([sys.executable, "experiments/memory_report.py", "--table", str(tmp_path / "none.json")],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+  assert bad.returncode == 1 and bad.stderr.strip().splitlines() == [
+      f"memory_report: cannot read rows from {tmp_path / 'none.json'}: "
+      f"[Errno 2] No such file or directory: '{tmp_path / 'none.json'}'"]

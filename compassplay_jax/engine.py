@@ -151,17 +151,18 @@ class Engine:
   def cosines(self, params, g_ref, tokens, loss_mask, attention_mask) -> cosines_lib.CosineResult:
     """Cosines of each row's loss gradient with g_ref; per-example outputs over (data, fsdp)."""
     s = self.settings
+    mb = min(s.reward_micro_batch, sh.round_to_mesh(tokens.shape[0], self.mesh))
 
     def build():
       p_sh = self.param_shardings(params)
       fn = lambda p, g, t, lm, am: cosines_lib.gradient_cosines(
           self.graphdef, p, g, t, lm, am, method=s.reward_method, chunk_size=s.reward_chunk_size,
-          norm_mode=s.norm_mode)
+          norm_mode=s.norm_mode, micro_batch=mb)
       out = cosines_lib.CosineResult(cosines=self.rows, inner_products=self.rows, sq_norms=self.rows,
                                      ref_sq_norm=self.repl, has_loss_tokens=self.rows)
       # Nothing donated: outputs are (N,) vectors, and params / g_ref live on.
       return jax.jit(fn, in_shardings=(p_sh, p_sh, self.rows, self.rows, self.rows), out_shardings=out)
-    return self._cached("cosines", build)(params, g_ref, tokens, loss_mask, attention_mask)
+    return self._cached(("cosines", mb), build)(params, g_ref, tokens, loss_mask, attention_mask)
 
   def mean_loss(self, params, tokens, loss_mask, attention_mask):
     """Mean per-sequence loss over the rows with loss tokens at `params`, forward only (rows: a multiple

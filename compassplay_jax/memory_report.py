@@ -182,7 +182,8 @@ def reward_step_fn(graphdef, method: str, micro_batch: int):
     g_ref = reference.reference_gradient(graphdef, params, ref["tokens"], ref["loss_mask"], ref["attention_mask"],
                                          micro_batch=micro_batch)
     cos = cosines.gradient_cosines(graphdef, params, g_ref, cand["tokens"], cand["loss_mask"],
-                                   cand["attention_mask"], method=method, chunk_size=micro_batch)
+                                   cand["attention_mask"], method=method, chunk_size=micro_batch,
+                                   micro_batch=micro_batch)
     return cos.cosines, g_ref
   return fn
 
@@ -362,7 +363,8 @@ def compile_cosines(cfg: ModelConfig, mesh, work: Workload, n: int, method: str 
   batch, bs1 = _abstract_batch(mesh, n, work.seq_len)
   repl = sharding_lib.replicated(mesh)
   fn = lambda p, g, b: cosines.gradient_cosines(graphdef, p, g, b["tokens"], b["loss_mask"], b["attention_mask"],
-                                                method=method, chunk_size=work.reward_micro_batch)
+                                                method=method, chunk_size=work.reward_micro_batch,
+                                                micro_batch=work.reward_micro_batch)
   out = cosines.CosineResult(cosines=bs1, inner_products=bs1, sq_norms=bs1, ref_sq_norm=repl, has_loss_tokens=bs1)
   jitted = jax.jit(fn, in_shardings=(p_sh, p_sh, sharding_lib.batch_tree_shardings(batch, mesh)), out_shardings=out)
   return jitted.lower(params, params, batch).compile(), params

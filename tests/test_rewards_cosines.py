@@ -78,8 +78,9 @@ def assert_matches(res, want, raw_rtol=TOL):
   np.testing.assert_allclose(res.ref_sq_norm, ref_sq, rtol=TOL)
 
 
-def run(graphdef, params, g_ref, data, method, chunk_size=4, norm_mode="auto"):
-  return cosines_jit(graphdef, params, g_ref, *data, method=method, chunk_size=chunk_size, norm_mode=norm_mode)
+def run(graphdef, params, g_ref, data, method, chunk_size=4, norm_mode="auto", micro_batch=None):
+  return cosines_jit(graphdef, params, g_ref, *data, method=method, chunk_size=chunk_size, norm_mode=norm_mode,
+                     micro_batch=micro_batch)
 
 
 @pytest.mark.parametrize("model_type,tied", [("qwen2", False), ("qwen2", True), ("llama", False), ("llama", True)])
@@ -96,6 +97,10 @@ def test_methods_match_oracle(model_type, tied):
   if model_type == "qwen2" and tied:  # every formula at once: biases, tied cross term
     for chunk, norm_mode in [(None, "gram"), (None, "direct"), (5, "gram")]:
       assert_matches(run(graphdef, params, g_ref, data, "fused", chunk, norm_mode), want)
+    # Micro-batched passes: 6 candidates as strided micro-batches of 4 (the last padded with rows
+    # that have no loss tokens) give the oracle's values in the candidates' own order.
+    for method in ("direct", "fused"):
+      assert_matches(run(graphdef, params, g_ref, data, method, chunk_size=2, micro_batch=4), want)
 
 
 def test_methods_match_oracle_with_mlp_bias_and_remat():

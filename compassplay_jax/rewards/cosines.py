@@ -6,6 +6,9 @@ params-shaped gradient (`reference.reference_gradient`). Two exact methods, sele
   "direct": chunked vmap(grad) reduced per chunk (cosines_direct.py; memory chunk_size x P);
   "fused":  one forward + one backward pass with custom-VJP probe ops (cosines_fused.py; memory of
             a training step, no P-sized buffer at all).
+Either runs over `micro_batch` candidates at a time (strided micro-batches under `lax.map`, the
+layout g_ref and the train step use), so activation memory is that of micro_batch rows, not of all
+N: each candidate's statistics depend on its own row only, so the grouping changes no result.
 A candidate with no loss tokens has g_i = 0: its inner product and squared norm are 0, its cosine is
 defined as 0 and `has_loss_tokens` is False for it (no NaN). A zero g_ref likewise gives cosine 0.
 """
@@ -16,13 +19,14 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from compassplay_jax import microbatch
 from compassplay_jax.rewards.cosines_direct import direct_stats, tree_vdot
 from compassplay_jax.rewards.cosines_fused import FusedConfig, fused_stats
 from compassplay_jax.rewards.losses import token_counts
 
 METHODS = ("fused", "direct")
 # Arguments that `jax.jit` must treat as static (hashable Python values).
-COSINE_STATIC_ARGNAMES = ("graphdef", "method", "chunk_size", "norm_mode")
+COSINE_STATIC_ARGNAMES = ("graphdef", "method", "chunk_size", "norm_mode", "micro_batch")
 
 
 @jax.tree_util.register_dataclass
@@ -52,7 +56,8 @@ def cosines_from_stats(inner_products, sq_norms, ref_sq_norm, has_loss_tokens) -
 
 
 def gradient_cosines(graphdef, params, g_ref, tokens, loss_mask, attention_mask=None, method: str = "fused",
-                     chunk_size: int | None = 8, norm_mode: str = "auto") -> CosineResult:
+                     chunk_size: int | None = 8, norm_mode: str = "auto",
+                     micro_batch: int | None = None) -> CosineResult:
   """Cosines of N candidates' loss gradients with g_ref, by the method a config switch selects.
 
   Args:
@@ -64,6 +69,8 @@ def gradient_cosines(graphdef, params, g_ref, tokens, loss_mask, attention_mask=
     chunk_size: direct: candidates per vmap(grad) chunk (its peak is ~chunk_size x P). fused:
       examples per step of each per-layer reduction (None: all at once). Static.
     norm_mode: fused only: "auto", "direct" or "gram" per-layer norm form (cosines_fused.FusedConfig).
+    micro_batch: candidates per forward/backward pass (static; None: all N in one pass). N need not
+      be a multiple of it: the last micro-batch is padded with rows that have no loss tokens.
 
   Returns:
     CosineResult; a no-loss-token candidate gets cosine 0 and has_loss_tokens False.
@@ -71,13 +78,22 @@ def gradient_cosines(graphdef, params, g_ref, tokens, loss_mask, attention_mask=
   tokens = jnp.asarray(tokens)
   loss_mask = jnp.asarray(loss_mask)
   attention_mask = jnp.ones(tokens.shape, jnp.int32) if attention_mask is None else jnp.asarray(attention_mask)
-  if method == "direct":
-    ip, sq = direct_stats(graphdef, params, g_ref, tokens, loss_mask, attention_mask, chunk_size or tokens.shape[0])
-  elif method == "fused":
-    ip, sq = fused_stats(graphdef, params, g_ref, tokens, loss_mask, attention_mask,
-                         FusedConfig(norm_mode=norm_mode, chunk_size=chunk_size))
-  else:
+  if method not in METHODS:
     raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+
+  def stats(tok, lm, am):
+    if method == "direct":
+      return direct_stats(graphdef, params, g_ref, tok, lm, am, chunk_size or tok.shape[0])
+    return fused_stats(graphdef, params, g_ref, tok, lm, am, FusedConfig(norm_mode=norm_mode, chunk_size=chunk_size))
+
+  n = tokens.shape[0]
+  mb = n if micro_batch is None else max(1, min(int(micro_batch), n))
+  if mb == n:
+    ip, sq = stats(tokens, loss_mask, attention_mask)
+  else:
+    xs = tuple(microbatch.split_rows(a, mb, pad=True) for a in (tokens, loss_mask, attention_mask))
+    ip, sq = jax.lax.map(lambda batch: stats(*batch), xs)  # (K, mb) each
+    ip, sq = microbatch.merge_rows(ip)[:n], microbatch.merge_rows(sq)[:n]
   has_loss = token_counts(loss_mask, attention_mask) > 0
   zero = jnp.zeros_like(ip)
   return cosines_from_stats(jnp.where(has_loss, ip, zero), jnp.where(has_loss, sq, zero),

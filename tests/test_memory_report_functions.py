@@ -75,3 +75,23 @@ def test_per_function_report_on_8_devices(tmp_path):
   assert bad.returncode == 1 and bad.stderr.strip().splitlines() == [
       f"memory_report: cannot read rows from {tmp_path / 'none.json'}: "
       f"[Errno 2] No such file or directory: '{tmp_path / 'none.json'}'"]
+
+
+@pytest.mark.parametrize("workload,config_file", [("azr-coding", "configs/coding.py"), ("sgs-lean", "configs/lean.py")])
+def test_paper_workloads_are_the_paper_configs(workload, config_file):
+  """docs/sharding.md's 7B tables are compiled at PAPER_WORKLOADS' shapes: they must be what the paper
+  configs run (micro-batches, sampler rows and lengths, reference size, model knobs), or the tables
+  would vouch for a different program."""
+  import importlib.util
+  spec = importlib.util.spec_from_file_location("paper_config", REPO / config_file)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config = module.get_config("")
+  work = mr.PAPER_WORKLOADS[workload]
+  assert work.train_micro_batch == config.train.micro_batch_size
+  assert work.reward_micro_batch == config.reward.micro_batch_size
+  assert work.reference_size == config.reward.reference_size
+  assert work.sampler_rows == config.sampling.micro_batch_size
+  assert (work.sampler_prompt_len, work.sampler_new_tokens) == (config.sampling.max_prompt_tokens,
+                                                                 config.sampling.max_new_tokens)
+  assert config.model.remat and config.model.attention_query_chunk == 1024

@@ -188,3 +188,19 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.lean.prefill_proof = False  # start the prover's turn with the statement's code block
   config.lean.solver_band_max = 0.5  # REINFORCE-1/2: train on problems with 0 < s <= 0.5
   return config
+
+
+
+def tensor_parallel_7b(config) -> None:
+  """Tensor axis 4 and micro-batches of 2 rows: what a 7B paper step needs where FSDP alone does not fit.
+
+  docs/sharding.md's per-function tables: with FSDP over 8 devices and micro-batches of 8 rows, the
+  azr-coding train step needs 97.4 GiB per v5p chip (95.7 GiB of HBM), and on 8 devices of 80 GB
+  (XLA:CPU's figures, an upper bound) no full-sequence pass of either 7B setting fits. With tensor 4
+  and micro-batches of 2 the coding train step takes 30.1 GiB on v5p-8. Micro-batch sizes change no
+  result (token-mean update, per-example cosines, mean-over-sequences g_ref): only memory and speed.
+  """
+  config.mesh.tensor = 4
+  config.mesh.fsdp = -1  # FSDP over the devices the tensor axis leaves
+  config.train.micro_batch_size = 2
+  config.reward.micro_batch_size = 2

@@ -55,10 +55,12 @@ def get_config(arg: str = ""):
   t.weight_decay = 0.01  # AZR / veRL default (§5.3)
   t.grad_clip = 1.0  # AZR (§5.3)
   t.entropy_coef = 0.001  # AZR paper branch (§5.3)
-  # Rows per forward/backward over all devices (1 row of 14240 tokens per device on 8). Our update is
-  # the batch's token mean, so this sets memory only; 8 is what docs/sharding.md's 7B tables show to
-  # fit. (AZR averages token means of micro-batches of 16, ppo_micro_batch_size_per_gpu, §5.3.)
-  t.micro_batch_size = 8
+  # Memory (docs/sharding.md, per-function tables): at 14240 tokens the train step does not fit a
+  # v5p-8 with FSDP alone (97.4 of 95.7 GiB per chip), so tensor axis 4 and micro-batches of 2 rows
+  # (30.1 GiB). Our update is the batch's token mean, so micro-batching sets memory only. (AZR
+  # averages token means of micro-batches of 16, ppo_micro_batch_size_per_gpu, §5.3.)
+  if variant == "paper":  # the small variants below keep one device's mesh
+    config_base.tensor_parallel_7b(config)
 
   config.checkpoint.every_steps = 10  # AZR: save_freq = 10 (§5.4)
   # paper: greedy evaluation every 5 steps; its numbers average the 11 evaluations at steps 150-200,

@@ -1,6 +1,7 @@
 """Lean 4 conjecture-and-prove self-play (SGS-style), reward cos x (1 - token-Jaccard(conjecture, seed)).
 
   python -m compassplay_jax.main --config=configs/lean.py             # the paper: DeepSeek-Prover-V2-7B
+  python -m compassplay_jax.main --config=configs/lean.py:80gb        # ... on 8 devices of 80 GB (tensor 4)
   python -m compassplay_jax.main --config=configs/lean.py:demo        # SmolLM2-135M on CPU (needs a Lean REPL)
   python -m compassplay_jax.main --config=configs/lean.py:tiny        # random tiny model (tests, stand-in REPL)
 
@@ -95,6 +96,9 @@ def get_config(arg: str = ""):
     s.max_prompt_tokens = 512
     config.train.learning_rate = 1e-3
     config.checkpoint.every_steps = 1
+  elif variant == "80gb":
+    # FSDP alone fits a v5p-8 (docs/sharding.md); on 80 GB devices XLA:CPU's figures need tensor 4.
+    config_base.tensor_parallel_7b(config)
   elif variant != "paper":
-    raise ValueError(f"configs/lean.py: unknown variant {variant!r} (known: paper, demo, tiny)")
+    raise ValueError(f"configs/lean.py: unknown variant {variant!r} (known: paper, 80gb, demo, tiny)")
   return config

@@ -77,21 +77,41 @@ def test_per_function_report_on_8_devices(tmp_path):
       f"[Errno 2] No such file or directory: '{tmp_path / 'none.json'}'"]
 
 
-@pytest.mark.parametrize("workload,config_file", [("azr-coding", "configs/coding.py"), ("sgs-lean", "configs/lean.py")])
-def test_paper_workloads_are_the_paper_configs(workload, config_file):
-  """docs/sharding.md's 7B tables are compiled at PAPER_WORKLOADS' shapes: they must be what the paper
-  configs run (micro-batches, sampler rows and lengths, reference size, model knobs), or the tables
-  would vouch for a different program."""
+# The rows of docs/sharding.md's 7B tables that vouch for each paper config: (mesh, micro-batches).
+PAPER_ROWS = {("azr-coding", "configs/coding.py", ""): ((1, -1, 4), 2),
+              ("sgs-lean", "configs/lean.py", ""): ((1, -1, 1), 8),
+              ("sgs-lean", "configs/lean.py", "80gb"): ((1, -1, 4), 2)}
+
+
+@pytest.mark.parametrize("workload,config_file,variant", sorted(PAPER_ROWS))
+def test_paper_workloads_are_the_paper_configs(workload, config_file, variant):
+  """docs/sharding.md's 7B tables are compiled at PAPER_WORKLOADS' shapes with a mesh and micro-batch
+  per row: they must be what the paper configs run (mesh, micro-batches, sampler rows and lengths,
+  reference size, model knobs), or the tables would vouch for a different program."""
   import importlib.util
   spec = importlib.util.spec_from_file_location("paper_config", REPO / config_file)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  config = module.get_config("")
+  config = module.get_config(variant)
   work = mr.PAPER_WORKLOADS[workload]
-  assert work.train_micro_batch == config.train.micro_batch_size
-  assert work.reward_micro_batch == config.reward.micro_batch_size
+  mesh, micro_batch = PAPER_ROWS[(workload, config_file, variant)]
+  assert (config.mesh.data, config.mesh.fsdp, config.mesh.tensor) == mesh
+  assert config.train.micro_batch_size == config.reward.micro_batch_size == micro_batch
+  if micro_batch == 8:  # the workload's own micro-batches; 2 = the tables' --micro-batch 2 rows
+    assert work.train_micro_batch == work.reward_micro_batch == 8
   assert work.reference_size == config.reward.reference_size
   assert work.sampler_rows == config.sampling.micro_batch_size
   assert (work.sampler_prompt_len, work.sampler_new_tokens) == (config.sampling.max_prompt_tokens,
                                                                  config.sampling.max_new_tokens)
   assert config.model.remat and config.model.attention_query_chunk == 1024
+
+
+@pytest.mark.parametrize("config_file", ["configs/coding.py", "configs/lean.py"])
+def test_small_variants_keep_a_one_device_mesh(config_file):
+  import importlib.util
+  spec = importlib.util.spec_from_file_location("paper_config", REPO / config_file)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  for variant in ("demo", "tiny"):
+    config = module.get_config(variant)
+    assert config.mesh.tensor == 1, variant

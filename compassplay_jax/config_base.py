@@ -190,7 +190,6 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   return config
 
 
-
 def tensor_parallel_7b(config) -> None:
   """Tensor axis 4 and micro-batches of 2 rows: what a 7B paper step needs where FSDP alone does not fit.
 

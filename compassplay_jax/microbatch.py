@@ -38,17 +38,23 @@ def merge_rows(x, layout: str = "strided"):
   return x.reshape((-1,) + x.shape[2:])
 
 
-def map_rows(fn, arrays, size: int):
-  """fn over strided micro-batches of `size` rows of each array (size divides B) -> (B, ...) outputs.
+def map_rows(fn, arrays, size: int, pad: bool = False):
+  """fn over strided micro-batches of `size` rows of each array -> (B, ...) outputs (any pytree of them).
 
   Each step slices its micro-batch in place (no transposed copy of the inputs), then the outputs are
-  put back in row order.
+  put back in row order. `size` must divide B, unless pad=True: then B is zero-padded up to a multiple
+  of it (rows fn must treat as empty) and the padded rows are dropped from the outputs.
   """
   n = arrays[0].shape[0]
   if size >= n:
     return fn(*arrays)
-  steps = n // size
+  if n % size:
+    if not pad:
+      raise ValueError(f"batch size {n} is not a multiple of micro_batch_size {size}")
+    rows = num_micro(n, size) * size
+    arrays = tuple(jnp.pad(x, [(0, rows - n)] + [(0, 0)] * (x.ndim - 1)) for x in arrays)
+  steps = arrays[0].shape[0] // size
   strided = tuple(x.reshape((size, steps) + x.shape[1:]) for x in arrays)
   take = lambda x, j: jax.lax.dynamic_index_in_dim(x, j, axis=1, keepdims=False)
   out = jax.lax.map(lambda j: fn(*(take(x, j) for x in strided)), jnp.arange(steps))
-  return merge_rows(out)
+  return jax.tree.map(lambda x: merge_rows(x)[:n], out)

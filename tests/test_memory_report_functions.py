@@ -77,6 +77,15 @@ def test_per_function_report_on_8_devices(tmp_path):
       f"[Errno 2] No such file or directory: '{tmp_path / 'none.json'}'"]
 
 
+def load_config(config_file: str, variant: str):
+  """`get_config(variant)` of a config file (configs/ is not a package)."""
+  import importlib.util
+  spec = importlib.util.spec_from_file_location("paper_config", REPO / config_file)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(variant)
+
+
 # The rows of docs/sharding.md's 7B tables that vouch for each paper config: (mesh, micro-batches).
 PAPER_ROWS = {("azr-coding", "configs/coding.py", ""): ((1, -1, 4), 2),
               ("sgs-lean", "configs/lean.py", ""): ((1, -1, 1), 8),
@@ -88,11 +97,7 @@ def test_paper_workloads_are_the_paper_configs(workload, config_file, variant):
   """docs/sharding.md's 7B tables are compiled at PAPER_WORKLOADS' shapes with a mesh and micro-batch
   per row: they must be what the paper configs run (mesh, micro-batches, sampler rows and lengths,
   reference size, model knobs), or the tables would vouch for a different program."""
-  import importlib.util
-  spec = importlib.util.spec_from_file_location("paper_config", REPO / config_file)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  config = module.get_config(variant)
+  config = load_config(config_file, variant)
   work = mr.PAPER_WORKLOADS[workload]
   mesh, micro_batch = PAPER_ROWS[(workload, config_file, variant)]
   assert (config.mesh.data, config.mesh.fsdp, config.mesh.tensor) == mesh
@@ -108,10 +113,6 @@ def test_paper_workloads_are_the_paper_configs(workload, config_file, variant):
 
 @pytest.mark.parametrize("config_file", ["configs/coding.py", "configs/lean.py"])
 def test_small_variants_keep_a_one_device_mesh(config_file):
-  import importlib.util
-  spec = importlib.util.spec_from_file_location("paper_config", REPO / config_file)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
   for variant in ("demo", "tiny"):
-    config = module.get_config(variant)
+    config = load_config(config_file, variant)
     assert config.mesh.tensor == 1, variant

@@ -174,7 +174,6 @@ def cost_table(arms) -> Table:
   return _fill(table, per_seed, None)
 
 
-
 def _copy_split(run, start: int, end: int) -> dict[str, list[float]]:
   """A run's in-band candidate records with a cosine and a Jaccard, steps start..end, split at the copy threshold."""
   out = {"copies": [], "others": [], "reward_copies": [], "reward_others": []}
@@ -217,6 +216,7 @@ def copy_cosine_table(arms, window: tuple[float, float] | None = None) -> Table:
                      "n_copies": [float(len(s["copies"])) for s in splits],
                      "n_others": [float(len(s["others"])) for s in splits]}
   return _fill(table, per_seed, None)
+
 
 # ---- rendering -------------------------------------------------------------------------------------
 

@@ -87,13 +87,8 @@ def gradient_cosines(graphdef, params, g_ref, tokens, loss_mask, attention_mask=
     return fused_stats(graphdef, params, g_ref, tok, lm, am, FusedConfig(norm_mode=norm_mode, chunk_size=chunk_size))
 
   n = tokens.shape[0]
-  mb = n if micro_batch is None else max(1, min(int(micro_batch), n))
-  if mb == n:
-    ip, sq = stats(tokens, loss_mask, attention_mask)
-  else:
-    xs = tuple(microbatch.split_rows(a, mb, pad=True) for a in (tokens, loss_mask, attention_mask))
-    ip, sq = jax.lax.map(lambda batch: stats(*batch), xs)  # (K, mb) each
-    ip, sq = microbatch.merge_rows(ip)[:n], microbatch.merge_rows(sq)[:n]
+  mb = n if micro_batch is None else max(1, int(micro_batch))
+  ip, sq = microbatch.map_rows(stats, (tokens, loss_mask, attention_mask), mb, pad=True)
   has_loss = token_counts(loss_mask, attention_mask) > 0
   zero = jnp.zeros_like(ip)
   return cosines_from_stats(jnp.where(has_loss, ip, zero), jnp.where(has_loss, sq, zero),

@@ -87,6 +87,9 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   # Query-blocked attention (ModelConfig.attention_query_chunk; 0 = plain): bounds the T x T scores of
   # full-sequence passes at long lengths (docs/sharding.md, "Per-function report").
   config.model.attention_query_chunk = dataclass_fields(ModelConfig, ("attention_query_chunk",))["attention_query_chunk"]
+  # The blocks of the train step and g_ref as one lax.scan (ModelConfig.scan_layers): with remat,
+  # activations of one layer at a time under any compiler (docs/sharding.md, "Per-function report").
+  config.model.scan_layers = dataclass_fields(ModelConfig, ("scan_layers",))["scan_layers"]
   # The random model of path="tiny" (uses the embedded tokenizer's vocabulary).
   config.model.tiny_hidden_size = 64
   config.model.tiny_layers = 2
@@ -195,9 +198,10 @@ def tensor_parallel_7b(config) -> None:
 
   docs/sharding.md's per-function tables: with FSDP over 8 devices and micro-batches of 8 rows, the
   azr-coding train step needs 97.4 GiB per v5p chip (95.7 GiB of HBM), and on 8 devices of 80 GB
-  (XLA:CPU's figures, an upper bound) no full-sequence pass of either 7B setting fits. With tensor 4
-  and micro-batches of 2 the coding train step takes 30.1 GiB on v5p-8. Micro-batch sizes change no
-  result (token-mean update, per-example cosines, mean-over-sequences g_ref): only memory and speed.
+  (XLA:CPU's figures) neither setting's fused cosine pass fits, nor azr-coding's train step. With
+  tensor 4 and micro-batches of 2 every function of both settings fits both (the coding train step,
+  scanned: 33.1 GiB on v5p-8, 46.3 GiB by XLA:CPU). Micro-batch sizes change no result (token-mean
+  update, per-example cosines, mean-over-sequences g_ref): only memory and speed.
   """
   config.mesh.tensor = 4
   config.mesh.fsdp = -1  # FSDP over the devices the tensor axis leaves

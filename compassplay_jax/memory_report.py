@@ -381,6 +381,13 @@ def function_shapes(name: str, work: Workload) -> str:
   return f"{name[3:]} x {work.seq_len}, mb {work.reward_micro_batch}"
 
 
+def runs_scanned(name: str, cfg: ModelConfig, reward_method: str = "fused") -> bool:
+  """Whether function `name` runs its blocks as one scan (ModelConfig.scan_layers): the passes with the
+  plain ops and no KV cache (the fused cosines' ops address layers by name; the sampler has a cache)."""
+  plain_ops = name in ("g_ref", "train") or (name.startswith("cos") and reward_method == "direct")
+  return bool(cfg.scan_layers) and plain_ops
+
+
 def suggest_knob(name: str, cfg: ModelConfig, mesh, work: Workload) -> str:
   """The first knob to turn when `name` does not fit, in the order that costs least."""
   full_sequence = name != "decode"
@@ -389,6 +396,8 @@ def suggest_knob(name: str, cfg: ModelConfig, mesh, work: Workload) -> str:
   if name in ("g_ref", "train") or name.startswith("cos"):
     if not cfg.remat:
       return "remat (--remat)"
+    if name in ("train", "g_ref") and not cfg.scan_layers:
+      return "scan_layers (--scan-layers)"
     mb = work.train_micro_batch if name == "train" else work.reward_micro_batch
     if mb > sharding_lib.batch_divisor(mesh):
       return "smaller micro-batch (--micro-batch)"
@@ -429,6 +438,7 @@ def report_functions(cfg: ModelConfig, mesh, work: Workload, functions=FUNCTIONS
            "shapes": function_shapes(name, work), **figures, "device_bytes": device_bytes,
            "fits": "yes" if fits else "no: " + suggest_knob(name, cfg, mesh, work),
            "attention_query_chunk": cfg.attention_query_chunk, "remat": cfg.remat,
+           "scan_layers": runs_scanned(name, cfg, reward_method),
            "compile_s": round(time.time() - start, 1)}
     rows.append(row)
     if on_row is not None:
@@ -446,6 +456,7 @@ def format_function_table(rows: list[dict[str, Any]]) -> str:
       cells = ["-", "-", "-", "compiler: out of memory"]
     else:
       cells = [_size(r["argument"]), _size(r["output"]), _size(r["temp"]), _size(r["peak"])]
-    lines.append(f"| {r.get('backend', '-')} | {r['model']} | {r['mesh']} | {r['function']} | {r['shapes']} | "
+    function = r["function"] + (" (scan)" if r.get("scan_layers") else "")
+    lines.append(f"| {r.get('backend', '-')} | {r['model']} | {r['mesh']} | {function} | {r['shapes']} | "
                  + " | ".join(cells) + f" | {r['fits']} | {r.get('compile_s', '-')} |")
   return "\n".join(lines)

@@ -48,7 +48,7 @@ def build_model(config, mesh=None):
                       intermediate_size=2 * m.tiny_hidden_size, num_hidden_layers=m.tiny_layers,
                       num_attention_heads=m.tiny_heads, num_key_value_heads=m.tiny_kv_heads, tie_word_embeddings=True,
                       dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat,
-                      attention_query_chunk=m.get("attention_query_chunk", 0))
+                      attention_query_chunk=m.get("attention_query_chunk", 0), scan_layers=m.get("scan_layers", False))
     return init_decoder(cfg, seed=config.seed), tokenizer
   model, tokenizer = load_model(m.path, dtype=m.dtype, param_dtype=m.param_dtype)
   _apply_model_knobs(model, m)
@@ -57,12 +57,14 @@ def build_model(config, mesh=None):
 
 def _apply_model_knobs(model, m) -> None:
   """config.model's compute knobs that a checkpoint's config.json does not carry (remat, the
-  attention query chunk); the decoder reads them from its config at call time."""
+  attention query chunk, scanned layers); the decoder reads them from its config at call time."""
   changes = {}
   if m.remat:
     changes["remat"] = True
   if m.get("attention_query_chunk", 0):
     changes["attention_query_chunk"] = int(m.attention_query_chunk)
+  if m.get("scan_layers", False):
+    changes["scan_layers"] = True
   if changes:
     model.config = model.config.replace(**changes)
 

@@ -24,6 +24,9 @@ def get_config(arg: str = ""):
   # Query-blocked attention: bounds the fp32 T x T scores of 8192-token passes (docs/sharding.md,
   # "Per-function report").
   config.model.attention_query_chunk = 1024
+  # The train step's and g_ref's blocks as one lax.scan: remat then keeps one layer's activations
+  # whatever the compiler's schedule (docs/sharding.md, "Per-function report").
+  config.model.scan_layers = True
   config.steps = 200  # paper: 200 iterations, coverage measured every iteration (design card); SGS ~200 (§1.3)
 
   l = config.lean
@@ -70,6 +73,7 @@ def get_config(arg: str = ""):
     config.model.dtype = "float32"
     config.model.remat = False
     config.model.attention_query_chunk = 0  # short sequences: plain attention
+    config.model.scan_layers = False
     config.steps = 3
     l.targets_path = "data:minif2f/minif2f.jsonl"
     l.targets_limit = 8
@@ -84,6 +88,7 @@ def get_config(arg: str = ""):
     config.model.dtype = "float32"
     config.model.remat = False
     config.model.attention_query_chunk = 0
+    config.model.scan_layers = False
     config.steps = 2
     l.targets_path = ""  # tests pass a small target file
     l.targets_limit = 4

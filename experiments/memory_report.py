@@ -39,6 +39,8 @@ def parse_args(argv=None):
   parser.add_argument("--topology", help="a TPU slice, e.g. v5e:2x4 or v5p:2x2x2 (needs libtpu importable)")
   parser.add_argument("--tiny", action="store_true", help="the tiny test config instead of the 7B models")
   parser.add_argument("--remat", action="store_true")
+  parser.add_argument("--scan-layers", action="store_true",
+                      help="ModelConfig.scan_layers: the train step's blocks as one lax.scan")
   parser.add_argument("--compute-dtype", default="bfloat16")
   parser.add_argument("--param-dtype", default="bfloat16")
   parser.add_argument("--no-master-fp32", action="store_true")
@@ -99,7 +101,8 @@ def main(argv=None):
   device_bytes = mr.device_memory_bytes(args.topology, args.device_memory_gib)
   rows = []
   for cfg, work in settings:
-    cfg = cfg.replace(remat=args.remat, dtype=args.compute_dtype, param_dtype=args.param_dtype)
+    cfg = cfg.replace(remat=args.remat, scan_layers=args.scan_layers, dtype=args.compute_dtype,
+                      param_dtype=args.param_dtype)
     if args.attention_chunk is not None:
       cfg = cfg.replace(attention_query_chunk=args.attention_chunk)
     work = dataclasses.replace(work, **overrides)

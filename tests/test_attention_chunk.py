@@ -88,11 +88,13 @@ def test_chunked_attention_bounds_compiled_temp_memory():
   assert chunked * 3 < plain, (plain, chunked)
 
 
-def test_run_config_sets_the_chunk():
+def test_run_config_sets_the_chunk_and_scan_layers():
   from compassplay_jax import config_base, model_setup
   config = config_base.base_config("coding", "tiny")
   assert config.model.attention_query_chunk == ModelConfig().attention_query_chunk == 0
+  assert config.model.scan_layers is ModelConfig().scan_layers is False
   config.model.path = "tiny"
   config.model.attention_query_chunk = 16
+  config.model.scan_layers = True  # tests/test_scan_layers.py checks what it does
   model, _ = model_setup.build_model(config)
-  assert model.config.attention_query_chunk == 16
+  assert model.config.attention_query_chunk == 16 and model.config.scan_layers

@@ -37,7 +37,10 @@ def test_suggested_knobs_in_order():
   cfg = cfg.replace(attention_query_chunk=8)
   assert mr.suggest_knob("g_ref", cfg, mesh, work).startswith("remat")
   cfg = cfg.replace(remat=True)
+  assert mr.suggest_knob("train", cfg, mesh, work).startswith("scan_layers")
+  assert mr.suggest_knob("g_ref", cfg, mesh, work).startswith("scan_layers")
   assert mr.suggest_knob("cos64", cfg, mesh, work).startswith("smaller micro-batch")
+  cfg = cfg.replace(scan_layers=True)
   import dataclasses
   work = dataclasses.replace(work, train_micro_batch=1, sampler_rows=1)
   assert mr.suggest_knob("train", cfg, mesh, work).startswith("tensor axis")
@@ -49,7 +52,7 @@ def test_per_function_report_on_8_devices(tmp_path):
   env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_DISABLE_MOST_OPTIMIZATIONS="1", PYTHONPATH=str(REPO))
   env.pop("XLA_FLAGS", None)
   cmd = [sys.executable, "experiments/memory_report.py", "--tiny", "--devices", "8", "--mesh", "2,2,2",
-         "--functions", "sampler,g_ref,cos16,train", "--attention-chunk", "8", "--remat",
+         "--functions", "sampler,g_ref,cos16,train", "--attention-chunk", "8", "--remat", "--scan-layers",
          "--compute-dtype", "float32", "--param-dtype", "float32", "--device-memory-gib", "0.0005",
          "--json", str(out)]
   proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
@@ -58,12 +61,15 @@ def test_per_function_report_on_8_devices(tmp_path):
   assert [r["function"] for r in rows] == ["prefill", "decode", "g_ref", "cos16", "train"]
   for r in rows:
     assert r["mesh"] == "data=2, fsdp=2, tensor=2" and r["attention_query_chunk"] == 8 and r["remat"]
+    # Scanned blocks compile under a sharded mesh: g_ref and train take that path (plain ops, no cache).
+    assert r["scan_layers"] == (r["function"] in ("g_ref", "train"))
     assert r["peak"] >= r["argument"] > 0 and r["temp"] >= 0
     assert r["fits"] == ("yes" if r["peak"] <= 0.0005 * mr.GIB else "no: " + r["fits"][4:])
   assert any(r["fits"] == "yes" for r in rows) and any(r["fits"].startswith("no: ") for r in rows)
   # The sampler's decode at the full cache holds the (rows x slots) KV cache among its arguments.
   assert "| tiny | data=2, fsdp=2, tensor=2 | decode | 8 rows, cache 16+16 |" in proc.stdout
   assert "| function | shapes | argument | output | temp | peak | fits | compile s |" in proc.stdout
+  assert "| train (scan) | 16 x 32, mb 8 |" in proc.stdout
   # --table rebuilds the same table from the JSON rows alone (how docs/sharding.md's tables are made).
   table = subprocess.run([sys.executable, "experiments/memory_report.py", "--table", str(out)], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=120)
@@ -108,7 +114,7 @@ def test_paper_workloads_are_the_paper_configs(workload, config_file, variant):
   assert work.sampler_rows == config.sampling.micro_batch_size
   assert (work.sampler_prompt_len, work.sampler_new_tokens) == (config.sampling.max_prompt_tokens,
                                                                  config.sampling.max_new_tokens)
-  assert config.model.remat and config.model.attention_query_chunk == 1024
+  assert config.model.remat and config.model.attention_query_chunk == 1024 and config.model.scan_layers
 
 
 @pytest.mark.parametrize("config_file", ["configs/coding.py", "configs/lean.py"])

@@ -219,7 +219,11 @@ class Decoder(nnx.Module):
     x = ops.embed("embed_tokens", input_ids, self.embed_tokens[...]).astype(dt)
     new_cache = []
     chunk = self.config.attention_query_chunk  # static: a Python int from the (hashable) config
-    for i, block in enumerate(self.layers):
+    # Instrumented ops (the fused cosines) address layers by name: they keep the per-layer loop.
+    scanned = self.config.scan_layers and cache is None and type(ops) is LayerOps
+    if scanned:
+      x = self._scan_blocks(x, cos, sin, allowed, ops, chunk)
+    for i, block in enumerate(() if scanned else self.layers):
       layer_cache = None if cache is None else cache[i]
       # remat only matters when differentiating (no cache); inside the sampler's decode while_loop
       # flax's nnx.remat of a block merged outside the loop raises TraceContextError.
@@ -240,6 +244,30 @@ class Decoder(nnx.Module):
       logits = self.lm_head(h, ops)
     logits = logits.astype(jnp.float32)
     return logits if cache is None else (logits, new_cache)
+
+  def _scan_blocks(self, x, cos, sin, allowed, ops, chunk):
+    """The blocks as one lax.scan over their stacked parameters (ModelConfig.scan_layers).
+
+    The per-layer loop unrolls L copies of a block into the program; a scan holds one, so its
+    backward pass recomputes one layer at a time under remat whatever the compiler's scheduler
+    does (XLA:CPU hoists the unrolled recomputations and keeps every layer's activations live).
+    Parameters are cast to the compute dtype before stacking (the blocks cast them anyway), so the
+    stack costs one compute-dtype copy of the block weights. Block names are layer 0's: only the
+    plain ops, which ignore names, take this path.
+    """
+    dt = x.dtype
+    graphdef, _ = nnx.split(self.layers[0])
+    cast = lambda a: a.astype(dt) if jnp.issubdtype(a.dtype, jnp.floating) else a
+    stacked = jax.tree.map(lambda *leaves: jnp.stack([cast(a) for a in leaves]),
+                           *[nnx.split(block)[1] for block in self.layers])
+
+    def body(h, state):
+      h, _ = nnx.merge(graphdef, state)(h, cos, sin, allowed, ops, None, None, chunk)
+      return h, None
+
+    if self.config.remat:
+      body = jax.checkpoint(body, prevent_cse=False)  # inside a scan CSE cannot merge the recompute
+    return jax.lax.scan(body, x, stacked)[0]
 
   def init_cache(self, batch_size: int, max_len: int, dtype=None) -> list[KVCache]:
     cfg = self.config

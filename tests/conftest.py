@@ -17,13 +17,6 @@ SHARED_DATA = pathlib.Path(os.environ.get("COMPASSPLAY_DATA") or os.environ.get(
 os.environ["COMPASSPLAY_DATA"] = str(SHARED_DATA)  # the package and the subprocesses tests start read it
 
 
-def pytest_collection_modifyitems(config, items):
-  """Slow tests first. `pytest -n 2` (.ci/run) hands tests to its workers in this order, and the few
-  multi-minute subprocess tests sort late by name: run last, one of them keeps one worker busy while
-  the other has nothing left. Longest first balances the two. The sort is stable within each group."""
-  items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 @pytest.fixture
 def shared_data():
   """The data directory; tests that need a file there skip cleanly when it is absent."""

@@ -93,7 +93,6 @@ def test_logical_activation_rules():
     sh.logical_spec("batch", "time")
 
 
-@pytest.mark.slow
 def test_sharded_cases_on_8_simulated_devices():
   """Mesh (8,1,1), (1,8,1), (2,2,2), (1,2,4): everything equals the single-device result."""
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8",

@@ -28,7 +28,7 @@ def _loss_and_logits(cfg, params, graphdef, tokens, mask):
     lp = jax.nn.log_softmax(logits[:, :-1])
     nll = -jnp.take_along_axis(lp, tokens[:, 1:, None], axis=-1)[..., 0]
     return jnp.sum(nll * mask[:, 1:]), logits
-  return jax.value_and_grad(loss, has_aux=True)(params)
+  return jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
 
 
 @pytest.mark.parametrize("remat", [False, True])

@@ -15,7 +15,7 @@ from compassplay_jax.rewards.cosines import COSINE_STATIC_ARGNAMES, gradient_cos
 from compassplay_jax.rewards.reference import reference_gradient_jit
 from compassplay_jax.rl import train_step
 
-CFG = ModelConfig(model_type="qwen2", vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+CFG = ModelConfig(model_type="qwen2", vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, attention_bias=True)
 TOL = dict(rtol=1e-5, atol=1e-5)
 

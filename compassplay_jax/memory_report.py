@@ -381,10 +381,14 @@ def function_shapes(name: str, work: Workload) -> str:
   return f"{name[3:]} x {work.seq_len}, mb {work.reward_micro_batch}"
 
 
+# The functions whose blocks ModelConfig.scan_layers runs as one scan: plain ops and no KV cache (the
+# fused cosines' ops address layers by name; the sampler has a cache; the direct cosines also scan).
+SCANNED_FUNCTIONS = ("g_ref", "train")
+
+
 def runs_scanned(name: str, cfg: ModelConfig, reward_method: str = "fused") -> bool:
-  """Whether function `name` runs its blocks as one scan (ModelConfig.scan_layers): the passes with the
-  plain ops and no KV cache (the fused cosines' ops address layers by name; the sampler has a cache)."""
-  plain_ops = name in ("g_ref", "train") or (name.startswith("cos") and reward_method == "direct")
+  """Whether function `name` runs its blocks as one scan under `cfg`."""
+  plain_ops = name in SCANNED_FUNCTIONS or (name.startswith("cos") and reward_method == "direct")
   return bool(cfg.scan_layers) and plain_ops
 
 
@@ -396,7 +400,7 @@ def suggest_knob(name: str, cfg: ModelConfig, mesh, work: Workload) -> str:
   if name in ("g_ref", "train") or name.startswith("cos"):
     if not cfg.remat:
       return "remat (--remat)"
-    if name in ("train", "g_ref") and not cfg.scan_layers:
+    if name in SCANNED_FUNCTIONS and not cfg.scan_layers:
       return "scan_layers (--scan-layers)"
     mb = work.train_micro_batch if name == "train" else work.reward_micro_batch
     if mb > sharding_lib.batch_divisor(mesh):

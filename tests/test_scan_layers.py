@@ -5,7 +5,6 @@ The oracle is the per-layer loop (itself checked against transformers' torch mod
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 from flax import nnx
 

@@ -55,9 +55,9 @@ class ModelConfig:
   # recomputed in the backward pass, so temporaries scale with chunk x S instead of T x S. 0 (or a
   # query length <= chunk, e.g. one decode step) = plain attention. Same results (docs/model.md).
   attention_query_chunk: int = 0
-  # Full-sequence passes without a cache (training, KL/SOAR log-probs) run the blocks as one lax.scan
-  # over stacked weights: one block in the program instead of L, so remat bounds activations to one
-  # layer under any scheduler, and compiles are L times smaller. Same results (docs/model.md).
+  # Passes without a cache that use the plain ops (train step, g_ref, KL/SOAR log-probs, direct
+  # cosines) run the blocks as one lax.scan over stacked weights: one block in the program instead of
+  # L, so remat bounds activations to one layer under any scheduler. Same results (docs/model.md).
   scan_layers: bool = False
 
   def __post_init__(self):

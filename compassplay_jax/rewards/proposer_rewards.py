@@ -92,6 +92,14 @@ REWARD_FNS: dict[str, Callable] = {
     "soar_utility": soar_utility,
 }
 
+# The rewards that read a gradient cosine (a run with one of them computes g_ref and the cosines).
+COSINE_REWARDS: frozenset[str] = frozenset({"compassplay_cos", "compassplay_cos_novelty"})
+
+
+def uses_cosine(name: str) -> bool:
+  """True when the named proposer reward is paid by the gradient cosine."""
+  return name in COSINE_REWARDS
+
 
 def eligible(solve_rates, valid, well_formatted, config: RewardConfig = AZR_CODE):
   """(N,) bool: well formatted, valid and band_low < s < band_high."""

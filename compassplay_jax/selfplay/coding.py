@@ -42,7 +42,7 @@ from compassplay_jax.selfplay.rollout import Row, reward_config, split_key
 BUILTIN = "builtin:"
 STOP = ("</answer>",)
 FENCE = "```"
-COS_REWARDS = ("compassplay_cos", "compassplay_cos_novelty", "cos")
+from compassplay_jax.rewards.proposer_rewards import COSINE_REWARDS as COS_REWARDS  # noqa: E402  (moved; see step refactor)
 _CHAT_SUFFIX = "\nAssistant: <think>"
 
 

@@ -92,11 +92,11 @@ def test_prompts_carry_the_information():
   abd = tasks.CodingTask(type=tasks.ABDUCTION, program="def f(a):\n  return a", input="1",
                          output="1")
   assert "```output\n1\n```" in prompts.solver_prompt(abd)
-  ind = tasks.CodingTask(type=tasks.INDUCTION, program="def f(a):\n  return a",
+  ind = tasks.CodingTask(type=tasks.INDUCTION, program="def f(b):\n  return b",
                          inputs=("1", "2", "3", "4"), outputs=("1", "2", "3", "4"),
                          message="identity", num_visible=2)
-  solver = prompts.solver_prompt(ind)
-  assert "```input_1\n2" in solver and "```input_2" not in solver and "def f(a)" not in solver
+  solver = prompts.solver_prompt(ind)  # (AZR's example answer is `def f(a): return a`, so a program in b)
+  assert "```input_1\n2" in solver and "```input_2" not in solver and "def f(b)" not in solver
   with pytest.raises(ValueError, match="task_type"):
     prompts.proposer_prompt("other")
 

@@ -8,65 +8,22 @@ Prompt styles (config.eval.prompt_style), chosen per model family:
   "chat"       base/instruct models: the tokenizer's own chat template; math uses Qwen's "qwen-boxed"
                wording (system "You are a helpful assistant.", "Please reason step by step ...").
 
-The CRUXEval predictor prompts and the wrapper are copied from Absolute Zero Reasoner
-(https://github.com/LeapLabTHU/Absolute-Zero-Reasoner, MIT licence, Copyright (c) 2025 LeapLab).
+The CRUXEval predictor prompts and the wrapper are Absolute Zero Reasoner's
+(https://github.com/LeapLabTHU/Absolute-Zero-Reasoner, MIT licence, Copyright (c) 2025 LeapLab), kept
+in domains/coding/azr_prompts.py with the licence notice and shared with training.
 """
 import re
 
+from compassplay_jax.domains.coding import azr_prompts
 from compassplay_jax.evals.benchmarks import EvalItem, last_boxed
 
 PROMPT_STYLES = ("azr", "azr_boxed", "azr_think", "chat")
 
-_AZR_WRAPPER = (
-    "A conversation between User and Assistant. The user asks a question, and the Assistant solves it. "
-    "The assistant first thinks about the reasoning process in the mind and then provides the user with "
-    "the answer. The reasoning process and answer are enclosed within <think> </think> and <answer> "
-    "</answer> tags, respectively, i.e., <think> reasoning process here </think> <answer> answer here "
-    "</answer>. User: {}\nAssistant:")
-
-_CODE_OUTPUT_PREDICTOR = """
-# Task: Deduce the Output of a Python Code Snippet Given the Code and Input
-Given the following Code Snippet and the Input, think step by step then deduce the output that will be produced from plugging the Input into the Code Snippet. Put your output in ```output``` tags. Remember if the output is a string, wrap it in quotes. If the function returns multiple values, remember to use a tuple to wrap them.
-
-# Code Snippet:
-```python
-{snippet}
-```
-
-# Input:
-```input
-{input_args}
-```
-
-# Example Output:
-```output
-{{'age': 20, 'city': 'New York'}}
-```
-"""
-
-_CODE_INPUT_PREDICTOR = """
-# Task: Provide One Possible Input of a Python Code Snippet Given the Code and Output
-Given the following Code Snippet and the Output, think step by step then provide one possible input that produced the output. The input needs to be wrapped in ```input``` tags. Remember if an argument is a string, wrap it in quotes. If the function requires multiple arguments, separate them with commas.
-
-# Code Snippet:
-```python
-{snippet}
-```
-
-# Output:
-```output
-{output}
-```
-
-# Output Format:
-```input
-arg1, arg2, ...
-```
-# Example Output:
-```input
-'John', {{'age': 20, 'city': 'New York'}}
-```
-"""
+# AZR's wrapper (process_data.py L51, without its final " <think>") and CRUXEval predictor prompts:
+# the one copy training uses too (domains/coding/azr_prompts.py), so train and eval prompts agree.
+_AZR_WRAPPER = azr_prompts.INSTRUCTION_FOLLOWING.removesuffix(" <think>")
+_CODE_OUTPUT_PREDICTOR = azr_prompts.CODE_OUTPUT_PREDICTOR_PROMPT
+_CODE_INPUT_PREDICTOR = azr_prompts.CODE_INPUT_PREDICTOR_PROMPT
 
 # LiveCodeBench's generic code-generation prompt (lcb_runner/prompts/code_generation.py), as the AZR style
 # puts it inside the wrapper.

@@ -4,7 +4,8 @@
   python -m compassplay_jax.report runs/a runs/b runs/c --copy-at=100 --window=150:200
 
 Writes, per setting (coding, lean) under DIR (default <first path>/report):
-  <setting>/<figure>.png and <setting>/<table>.md + .json for everything the runs' metrics support,
+  <setting>/<figure>.png + .json (the plotted numbers) and <setting>/<table>.md + .json for everything the
+  runs' metrics support (the paper's two accuracy tables: accuracy_in_domain, accuracy_out_of_domain),
   and report.md: what was written, and for the rest "not supported by these runs: <why>".
 Runs are grouped into arms by reward name (a sweep's grid values too) and seeds; docs/experiments.md.
 """
@@ -14,7 +15,7 @@ import argparse
 import pathlib
 import sys
 
-from compassplay_jax.reports import figures, runs as runs_lib, tables
+from compassplay_jax.reports import figures, paper_columns, runs as runs_lib, tables
 
 
 def _window(text: str):
@@ -33,11 +34,12 @@ def write_report(paths, out, baseline="difficulty", copy_at=None, window=None, l
   out = pathlib.Path(out)
   lines = ["# Report", "", f"Runs: {len(runs)} from {', '.join(map(str, paths))}; baseline: {baseline}", ""]
   lines += [f"- {note}" for note in notes]
-  builders = {"accuracy": lambda arms: tables.accuracy_table(arms, baseline),
-              "ablation": lambda arms: tables.ablation_table(arms, baseline, copy_at, window),
-              "iterations_to_reach": lambda arms: tables.reach_table(arms, baseline),
-              "cost": tables.cost_table,
-              "copy_cosines": lambda arms: tables.copy_cosine_table(arms, window)}
+  accuracy_names = [t.name for t in paper_columns.PAPER_TABLES] + [tables.OTHER_ACCURACY]
+  builders = {name: (lambda arms, name=name: tables.accuracy_table(arms, name, baseline)) for name in accuracy_names}
+  builders.update({"ablation": lambda arms: tables.ablation_table(arms, baseline, copy_at, window),
+                   "iterations_to_reach": lambda arms: tables.reach_table(arms, baseline),
+                   "cost": tables.cost_table,
+                   "copy_cosines": lambda arms: tables.copy_cosine_table(arms, window)})
   for setting, arms in runs_lib.group_by_arm(runs).items():
     arms = dict(sorted(arms.items(), key=lambda item: item[0] != baseline))  # the baseline's row first
     lines += ["", f"## {setting}", "",

@@ -9,6 +9,7 @@ import pytest
 
 from compassplay_jax import report
 from compassplay_jax.evals import report as eval_report
+from compassplay_jax.reports import paper_columns
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -39,7 +40,7 @@ def coding_runs(tmp_path_factory):
     for seed in (0, 1, 2):
       records = [(s, {"copy_rate": ((s + seed) % 4) / 4, "cost/accelerator_s": 36.0,
                       "cost/accelerator_s_total": 36.0 * s}) for s in range(1, 21)]
-      evals = {s: _coding_accuracy(arm, seed, s) for s in range(5, 21, 5)}
+      evals = {s: _coding_accuracy(arm, seed, s) for s in range(0, 21, 5)}  # step 0: the base model
       _write_run(root / arm / f"seed_{seed}", "coding", arm, seed, records, evals)
   return root
 
@@ -71,35 +72,58 @@ def _row(table, arm):
   return next(r for r in table["rows"] if r["arm"] == arm)
 
 
-def test_accuracy_table_is_the_final_quarter_mean_with_seed_sd_and_gain(coding_runs, tmp_path):
+def test_accuracy_tables_from_results_files_final_quarter_base_row_and_gains(coding_runs, tmp_path):
+  """eval/step_*/results.json runs with 3 of the 8 paper benchmarks: the other columns are '–', the means
+  average what was evaluated, the base row is the step-0 evaluation; the paper cadence is in test_report_paper."""
   out = tmp_path / "out"
   report.write_report([coding_runs], out, baseline="difficulty", log=lambda _: None)
-  table = _table(out, "coding", "accuracy")
-  assert [c["key"] for c in table["columns"]] == ["cruxeval_i", "cruxeval_o", "math500", "in_domain_mean",
-                                                  "out_of_domain_mean"]
+  tables = {name: _table(out, "coding", name) for name in ("accuracy_in_domain", "accuracy_out_of_domain")}
+  assert [c["key"] for c in tables["accuracy_in_domain"]["columns"]] == [
+      *paper_columns.IN_DOMAIN_COLUMNS, "in_domain_mean"]
+  assert [c["key"] for c in tables["accuracy_out_of_domain"]["columns"]] == [
+      *paper_columns.OUT_OF_DOMAIN_COLUMNS, "out_of_domain_mean"]
   totals = {"cruxeval_i": 4, "cruxeval_o": 5, "math500": 2}
-  hand = {}
+  table_of = {"cruxeval_i": "accuracy_in_domain", "cruxeval_o": "accuracy_in_domain", "in_domain_mean": "accuracy_in_domain",
+              "math500": "accuracy_out_of_domain", "out_of_domain_mean": "accuracy_out_of_domain"}
+  def pct(arm, seed, step, key):
+    return 100 * sum(_coding_accuracy(arm, seed, step)[key]) / totals[key]
+  hand, base = {}, {}
   for arm in ("difficulty", "compassplay_cos"):
     hand[arm] = {}
     for key in totals:  # last step 20: the final quarter is steps >= 15, i.e. the evaluations at 15 and 20
-      hand[arm][key] = [100 * statistics.mean(sum(_coding_accuracy(arm, seed, s)[key]) / totals[key] for s in (15, 20))
-                        for seed in (0, 1, 2)]
+      hand[arm][key] = [statistics.mean(pct(arm, seed, s, key) for s in (15, 20)) for seed in (0, 1, 2)]
     hand[arm]["in_domain_mean"] = [(a + b) / 2 for a, b in zip(hand[arm]["cruxeval_i"], hand[arm]["cruxeval_o"])]
     hand[arm]["out_of_domain_mean"] = hand[arm]["math500"]
-    row = _row(table, arm)
     for key, values in hand[arm].items():
+      row = _row(tables[table_of[key]], arm)
       assert row[key]["values"] == pytest.approx(values), (arm, key)
       assert row[key]["mean"] == pytest.approx(statistics.mean(values))
       assert row[key]["sd"] == pytest.approx(statistics.stdev(values))
+  for key in totals:  # the base row: every run's step-0 evaluation
+    base[key] = [pct(arm, seed, 0, key) for arm in ("difficulty", "compassplay_cos") for seed in (0, 1, 2)]
+  base["in_domain_mean"] = [(a + b) / 2 for a, b in zip(base["cruxeval_i"], base["cruxeval_o"])]
+  base["out_of_domain_mean"] = base["math500"]
+  for key, values in base.items():
+    cell = tables[table_of[key]]["base"][key]
+    assert cell["values"] == pytest.approx(values) and cell["mean"] == pytest.approx(statistics.mean(values))
+    assert cell["sd"] == pytest.approx(statistics.stdev(values))
+  lcb = _row(tables["accuracy_in_domain"], "difficulty")[next(iter(paper_columns.IN_DOMAIN_COLUMNS))]
+  assert lcb["mean"] is None and lcb["sd"] is None  # not evaluated: null in the JSON, '–' in the markdown
+  table = tables["accuracy_in_domain"]
   assert table["baseline"] == "difficulty" and [g["arm"] for g in table["gains"]] == ["compassplay_cos"]
-  for key in hand["difficulty"]:
+  assert [g["arm"] for g in table["base_gains"]] == ["difficulty", "compassplay_cos"]
+  for key in ("cruxeval_i", "cruxeval_o", "in_domain_mean"):
     assert table["gains"][0][key] == pytest.approx(statistics.mean(hand["compassplay_cos"][key])
                                                    - statistics.mean(hand["difficulty"][key]))
-  markdown = (out / "coding" / "accuracy.md").read_text()
+    assert table["base_gains"][1][key] == pytest.approx(statistics.mean(hand["compassplay_cos"][key])
+                                                        - statistics.mean(base[key]))
+  markdown = (out / "coding" / "accuracy_in_domain.md").read_text()
   in_domain = hand["compassplay_cos"]["in_domain_mean"]
   m, sd = statistics.mean(in_domain), statistics.stdev(in_domain)
-  assert f"{m:.1f} ± {sd:.1f}" in markdown and "| Δ compassplay_cos − difficulty |" in markdown
+  assert "| compassplay_cos | 3 | – | " in markdown and f"{m:.2f} ± {sd:.2f} |" in markdown
+  assert "| Δ compassplay_cos − difficulty |" in markdown and "| Δ compassplay_cos − base |" in markdown
   assert "final-quarter window (steps): 15–20" in markdown
+  assert "not evaluated in these runs: LCB" in markdown
 
 
 def test_coding_figures_and_unsupported_lines(coding_runs, tmp_path):
@@ -178,12 +202,29 @@ def test_sweep_file_names_the_arms_and_accuracy_falls_back_to_metrics(tmp_path):
   index = report.write_report([root], tmp_path / "out", baseline="difficulty,train.learning_rate=1e-3",
                               log=lambda _: None)
   assert any("difficulty__lr1e-4/seed_1: no metrics yet" in line for line in index)
-  table = _table(tmp_path / "out", "coding", "accuracy")
+  table = _table(tmp_path / "out", "coding", "accuracy_in_domain")
+  assert table["base"] is None and any(n.startswith("no base row: no step-0 evaluation") for n in table["notes"])
   # last step 4: window [3, 4] -> the evaluation at step 4 only; in-domain mean = CRUXEval-O alone
   assert _row(table, "difficulty,train.learning_rate=1e-4")["cruxeval_o"]["mean"] == pytest.approx(79.0)
   assert _row(table, "difficulty,train.learning_rate=1e-4")["in_domain_mean"]["mean"] == pytest.approx(79.0)
   assert math.isnan(_row(table, "difficulty,train.learning_rate=1e-4")["cruxeval_o"]["sd"] or math.nan)
   assert table["gains"][0]["cruxeval_o"] == pytest.approx(50.0)
+
+
+def test_benchmarks_outside_the_paper_tables_go_to_accuracy_other(tmp_path):
+  """AIME24 (in neither mean) gets its own table with the same rows; it changes neither paper table."""
+  for seed, aime in ((0, 0.25), (1, 0.5)):
+    _write_run(tmp_path / "runs" / f"seed_{seed}", "coding", "difficulty", seed,
+               [(s, {"eval/aime24": aime + s / 100, "eval/math500": 0.5}) for s in (0, 4, 8)])
+  index = report.write_report([tmp_path / "runs"], tmp_path / "out", log=lambda _: None)
+  other = _table(tmp_path / "out", "coding", "accuracy_other")
+  assert [c["key"] for c in other["columns"]] == ["aime24"]  # no mean column
+  row = _row(other, "difficulty")
+  assert row["aime24"]["values"] == pytest.approx([33.0, 58.0])  # last step 8: window [6, 8] -> step 8 alone
+  assert other["base"]["aime24"]["values"] == pytest.approx([25.0, 50.0])
+  out_of_domain = _table(tmp_path / "out", "coding", "accuracy_out_of_domain")
+  assert _row(out_of_domain, "difficulty")["out_of_domain_mean"]["values"] == pytest.approx([50.0, 50.0])
+  assert "`accuracy_in_domain`: not supported by these runs: none of its benchmarks was evaluated: LCB" in "\n".join(index)
 
 
 @pytest.mark.parametrize("make, message", [

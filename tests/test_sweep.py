@@ -118,7 +118,7 @@ def test_tiny_sweep_killed_resumes_without_repeating_a_step_and_reports(tmp_path
   for name in ("copy_rate_vs_iteration.png", "ablation.md", "ablation.json", "cost.md", "cost.json"):
     assert (out / "coding" / name).stat().st_size > 0, name
   for name in ("accuracy_vs_step", "accuracy_vs_accelerator_hours", "coverage_vs_iteration",
-               "coverage_vs_accelerator_hours", "accuracy", "iterations_to_reach"):
+               "coverage_vs_accelerator_hours", "accuracy_in_domain", "accuracy_out_of_domain", "iterations_to_reach"):
     assert f"`{name}`: not supported by these runs: " in index, name
 
   # Hand computation from metrics.jsonl: one CPU device, so accelerator-seconds = the sum of time/step,

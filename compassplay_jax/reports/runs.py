@@ -3,16 +3,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import pathlib
 
 import numpy as np
 
 from compassplay_jax.evals import report as eval_report
-from compassplay_jax.evals.benchmarks import BENCHMARKS, IN_DOMAIN, OUT_OF_DOMAIN
+from compassplay_jax.evals.benchmarks import BENCHMARKS
 from compassplay_jax.metrics import read_metrics
+from compassplay_jax.reports import paper_columns
 
 SWEEP_FILE = "sweep.json"
-DOMAIN_MEANS = {IN_DOMAIN: "in_domain_mean", OUT_OF_DOMAIN: "out_of_domain_mean"}
+BASE_STEP = 0  # the evaluation before the first step: the base model
 
 
 class ReportError(ValueError):
@@ -26,7 +28,7 @@ class Run:
   arm: str  # the compared condition: the reward name, plus a sweep's grid values
   seed: int
   records: list[dict]  # metrics.jsonl, one dict per step
-  accuracy: dict[int, dict[str, float]]  # eval step -> {benchmark or domain mean: accuracy in [0, 1]}
+  accuracy: dict[int, dict[str, float]]  # eval step (0: the base model) -> {benchmark or mean: accuracy in [0, 1]}
 
   @property
   def last_step(self) -> int:
@@ -37,8 +39,10 @@ class Run:
     pairs = [(r["step"], r[key]) for r in self.records if isinstance(r.get(key), (int, float))]
     return np.asarray([p[0] for p in pairs], np.float64), np.asarray([p[1] for p in pairs], np.float64)
 
-  def accuracy_series(self, key: str) -> tuple[np.ndarray, np.ndarray]:
-    steps = sorted(s for s, accs in self.accuracy.items() if accs.get(key) is not None)
+  def accuracy_series(self, key: str, base: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, accuracies) of a benchmark or mean key; base=False leaves out the step-0 evaluation."""
+    steps = sorted(s for s, accs in self.accuracy.items()
+                   if accs.get(key) is not None and (base or s != BASE_STEP))
     return np.asarray(steps, np.float64), np.asarray([self.accuracy[s][key] for s in steps], np.float64)
 
 
@@ -46,26 +50,20 @@ def _accuracy_from_results(history: dict[int, dict]) -> dict[int, dict[str, floa
   out = {}
   for step, result in history.items():
     accs = {name: r["accuracy"] for name, r in result.get("benchmarks", {}).items() if r.get("total")}
-    for key in DOMAIN_MEANS.values():
-      if result.get(key) is not None:
-        accs[key] = result[key]
-    out[step] = accs
+    out[step] = {**accs, **paper_columns.step_means(accs)}
   return out
 
 
 def _accuracy_from_metrics(records: list[dict]) -> dict[int, dict[str, float]]:
-  """eval/<benchmark> keys of metrics.jsonl (runs whose eval/ folder is gone), with the domain means."""
+  """eval/<benchmark> keys of metrics.jsonl (steps without an eval/step_<n>/results.json), with the means."""
+  known = set(BENCHMARKS) | paper_columns.PAPER_BENCHMARKS
   out = {}
   for record in records:
-    accs = {k[len("eval/"):]: v for k, v in record.items() if k.startswith("eval/") and k[5:] in BENCHMARKS}
-    if not accs:
-      continue
-    means = {}
-    for domain, key in DOMAIN_MEANS.items():
-      members = [v for name, v in accs.items() if BENCHMARKS[name].domain == domain]
-      if members:
-        means[key] = float(np.mean(members))
-    out[int(record["step"])] = {**accs, **means}
+    accs = {k[len("eval/"):]: float(v) for k, v in record.items()
+            if k.startswith("eval/") and k[len("eval/"):] in known
+            and isinstance(v, (int, float)) and not math.isnan(v)}
+    if accs:
+      out[int(record["step"])] = {**accs, **paper_columns.step_means(accs)}
   return out
 
 
@@ -81,8 +79,8 @@ def load_run(path, arm: str | None = None) -> Run:
     records = read_metrics(path)
   except json.JSONDecodeError as e:
     raise ReportError(f"{path}: unreadable JSON ({e})") from e
-  history = eval_report.load_history(path)
-  accuracy = _accuracy_from_results(history) if history else _accuracy_from_metrics(records)
+  # results.json where the eval folder has it, else the eval/<benchmark> metrics of that step
+  accuracy = {**_accuracy_from_metrics(records), **_accuracy_from_results(eval_report.load_history(path))}
   return Run(path=path, setting=config.get("setting", "unknown"), arm=arm or config["reward"]["name"],
              seed=int(config.get("seed", 0)), records=records, accuracy=accuracy)
 

@@ -12,10 +12,13 @@ import math
 import numpy as np
 
 from compassplay_jax.evals.benchmarks import BENCHMARKS
-from compassplay_jax.reports import stats
-from compassplay_jax.reports.runs import DOMAIN_MEANS
+from compassplay_jax.reports import paper_columns, stats
+from compassplay_jax.reports.runs import BASE_STEP
 from compassplay_jax.rewards.novelty import COPY_THRESHOLD
 
+ACCURACY_DIGITS = 2  # the paper's tables give accuracies (%) to two decimals
+OTHER_ACCURACY = "accuracy_other"  # benchmarks evaluated but in neither paper table (AIME, ...)
+BASE_LABEL = "base model (step 0)"
 SOLVED_KEY = "coverage/solved"  # Lean: targets proved so far (cumulative)
 COVERAGE_KEY = "coverage"  # Lean: fraction of targets proved so far
 COPY_KEY = "copy_rate"  # in-band conjectures (Lean) / valid proposals (coding) with token-Jaccard > 0.8
@@ -43,6 +46,8 @@ class Table:
   baseline: str | None = None
   gains: list[dict] = dataclasses.field(default_factory=list)  # {"arm", <column key>: arm mean - baseline mean}
   notes: list[str] = dataclasses.field(default_factory=list)
+  base: dict | None = None  # accuracy tables: {"arm": BASE_LABEL, "seeds": runs, <column key>: cell} at step 0
+  base_gains: list[dict] = dataclasses.field(default_factory=list)  # {"arm", <column key>: arm mean - base mean}
 
 
 def _cell(values) -> dict:
@@ -71,26 +76,71 @@ def _fill(table: Table, per_seed: dict[str, dict[str, list[float]]], baseline: s
   return table
 
 
-def accuracy_table(arms, baseline: str | None = "difficulty") -> Table:
-  """Accuracy (%) per benchmark and the in-domain / out-of-domain means, each run's number the mean of
-  its evaluations in the final quarter of its steps; mean ± s.d. over seeds; gain over the baseline."""
+def _accuracy_columns(name: str, present: set[str]) -> tuple[dict[str, str], str | None]:
+  """(benchmark -> header, mean key or None) of one accuracy table."""
+  for spec in paper_columns.PAPER_TABLES:
+    if spec.name == name:
+      return spec.columns, spec.mean_key
+  if name != OTHER_ACCURACY:
+    raise ValueError(f"unknown accuracy table {name!r}")
+  others = [b for b in BENCHMARKS if b in present and b not in paper_columns.PAPER_BENCHMARKS]
+  return {b: BENCHMARKS[b].display_name for b in others}, None
+
+
+def accuracy_table(arms, name: str = "accuracy_in_domain", baseline: str | None = "difficulty") -> Table:
+  """One of the paper's accuracy tables (paper_columns.PAPER_TABLES; or OTHER_ACCURACY: every other
+  evaluated benchmark), in %. A row per arm: each run's number is the mean of its evaluations in the
+  final quarter of its steps (step 0 never counts), then mean ± sample s.d. over seeds. The base row is
+  the step-0 evaluation (the base model), mean ± s.d. over every run that has one. Gain rows: each arm's
+  mean minus the base mean, and each arm's mean minus the baseline arm's."""
   runs = [r for rs in arms.values() for r in rs]
   present = {k for r in runs for accs in r.accuracy.values() for k in accs}
-  keys = [b for b in BENCHMARKS if b in present] + [k for k in DOMAIN_MEANS.values() if k in present]
-  if not keys:
+  if not present:
     raise Unsupported("no evaluation results in these runs (eval/step_*/results.json or eval/* metrics; "
                       "evaluation runs when eval.every_steps > 0)")
-  labels = {**{b: BENCHMARKS[b].display_name for b in BENCHMARKS}, "in_domain_mean": "in-domain mean",
-            "out_of_domain_mean": "out-of-domain mean"}
-  table = Table("accuracy", "Accuracy (%), mean over the final quarter of steps; mean ± s.d. over seeds",
-                [Column(k, labels[k], digits=1) for k in keys], [])
+  benchmarks, mean_key = _accuracy_columns(name, present)
+  if not benchmarks:
+    raise Unsupported("every benchmark evaluated is in the paper's two tables")
+  if not any(b in present for b in benchmarks):
+    raise Unsupported("none of its benchmarks was evaluated: "
+                      + ", ".join(f"{label} ({b})" for b, label in benchmarks.items()))
+  columns = [Column(b, label, digits=ACCURACY_DIGITS) for b, label in benchmarks.items()]
+  if mean_key:
+    columns.append(Column(mean_key, "mean", digits=ACCURACY_DIGITS))
+  title = next((t.title for t in paper_columns.PAPER_TABLES if t.name == name), "Other benchmarks: accuracy (%)")
+  table = Table(name, f"{title}: mean over the final quarter of steps; mean ± s.d. over seeds", columns, [])
   per_seed = {}
   for arm, arm_runs in arms.items():
-    per_seed[arm] = {k: [100 * stats.final_quarter_mean(*r.accuracy_series(k), last_step=r.last_step)
-                         for r in arm_runs] for k in keys}
+    per_seed[arm] = {c.key: [100 * stats.final_quarter_mean(*r.accuracy_series(c.key, base=False),
+                                                             last_step=r.last_step) for r in arm_runs]
+                     for c in columns}
   windows = sorted({(math.ceil((1 - stats.FINAL_FRACTION) * r.last_step), r.last_step) for r in runs})
   table.notes.append("final-quarter window (steps): " + ", ".join(f"{a}–{b}" for a, b in windows))
-  return _fill(table, per_seed, baseline)
+  missing = [f"{label} ({b})" for b, label in benchmarks.items() if b not in present]
+  if missing:
+    table.notes.append("not evaluated in these runs: " + ", ".join(missing)
+                       + ("; the mean is over the other columns" if mean_key else ""))
+  _fill(table, per_seed, baseline)
+  _add_base(table, runs, per_seed)
+  return table
+
+
+def _add_base(table: Table, runs, per_seed: dict[str, dict[str, list[float]]]) -> None:
+  """The base row from the runs' step-0 evaluations, and each arm's gain over it."""
+  based = [r for r in runs if BASE_STEP in r.accuracy]
+  if not based:
+    table.notes.append(f"no base row: no step-{BASE_STEP} evaluation in these runs (the loop evaluates the base "
+                       "model before its first step when evaluation is on; runs from before that have none)")
+    return
+  table.base = {"arm": BASE_LABEL, "seeds": len(based)}
+  for c in table.columns:
+    table.base[c.key] = _cell([100 * r.accuracy[BASE_STEP][c.key] if c.key in r.accuracy[BASE_STEP] else math.nan
+                               for r in based])
+  table.notes.append(f"base row: the step-{BASE_STEP} evaluation (before any update), mean ± s.d. over the "
+                     f"{len(based)} of {len(runs)} runs that have one, all arms together (one model)")
+  for arm, columns in per_seed.items():
+    table.base_gains.append({"arm": arm, **{c.key: stats.mean_sd(columns[c.key])[0] - table.base[c.key]["mean"]
+                                            for c in table.columns}})
 
 
 def _common_last_step(runs) -> int:
@@ -237,12 +287,14 @@ def to_markdown(table: Table) -> str:
   header = ["arm", "seeds"] + [c.label for c in table.columns]
   lines = [f"## {table.title}", "", "| " + " | ".join(header) + " |",
            "|---|---:|" + "---:|" * len(table.columns)]
-  for row in table.rows:
+  for row in ([table.base] if table.base else []) + table.rows:
     cells = [row["arm"], str(row["seeds"])] + [_mean_sd_text(row.get(c.key, {"mean": math.nan, "sd": math.nan}),
                                                               c.digits) for c in table.columns]
     lines.append("| " + " | ".join(cells) + " |")
-  for gain in table.gains:
-    cells = [f"Δ {gain['arm']} − {table.baseline}", ""]
+  gain_rows = [(f"Δ {g['arm']} − base", g) for g in table.base_gains]
+  gain_rows += [(f"Δ {g['arm']} − {table.baseline}", g) for g in table.gains]
+  for label, gain in gain_rows:
+    cells = [label, ""]
     for c in table.columns:
       value = gain.get(c.key)
       cells.append("" if value is None else ("–" if math.isnan(value) else f"{value:+.{c.digits}f}"))
@@ -251,18 +303,18 @@ def to_markdown(table: Table) -> str:
   return "\n".join(lines).rstrip() + "\n"
 
 
-def _json_safe(value):
+def json_safe(value):
   if isinstance(value, float) and math.isnan(value):
     return None
   if isinstance(value, dict):
-    return {k: _json_safe(v) for k, v in value.items()}
+    return {k: json_safe(v) for k, v in value.items()}
   if isinstance(value, list):
-    return [_json_safe(v) for v in value]
+    return [json_safe(v) for v in value]
   if isinstance(value, np.generic):
-    return _json_safe(value.item())
+    return json_safe(value.item())
   return value
 
 
 def to_json(table: Table) -> str:
   """The table as JSON (NaN as null): columns, rows with per-seed values, gain rows, notes."""
-  return json.dumps(_json_safe(dataclasses.asdict(table)), indent=2) + "\n"
+  return json.dumps(json_safe(dataclasses.asdict(table)), indent=2) + "\n"

@@ -8,9 +8,10 @@ import sys
 
 import pytest
 
+from compassplay_jax import data_checks
 from compassplay_jax.data import paths, sources
+from compassplay_jax.domains.coding.reference_set import resolve_path
 from compassplay_jax.evals import benchmarks
-from compassplay_jax.selfplay.reference_set import resolve_path
 from tests.conftest import SHARED_DATA
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -53,7 +54,7 @@ def test_every_data_path_in_the_configs_has_a_fetch_source():
     config = _config(arg)
     config.eval.every_steps = 1
     config.eval.benchmarks = "all"
-    for field, rel in paths._needed(config):  # pylint: disable=protected-access
+    for field, rel in data_checks.needed_files(config):
       dataset = sources.dataset_for(rel)
       assert dataset is not None and rel in dataset.outputs, (arg, field, rel)
   for spec in benchmarks.BENCHMARKS.values():
@@ -64,7 +65,7 @@ def test_paper_coding_config_names_the_fetch_command_for_each_missing_file(tmp_p
   config = _config("coding")
   config.data_dir = str(tmp_path / "empty")
   with pytest.raises(paths.DataMissingError) as e:
-    paths.check_config(config)
+    data_checks.check_config(config)
   message = str(e.value)
   assert "\n" not in message
   expected = {"azr_seed/7b_coder_seed_io.jsonl": "azr_seed", "azr_seed/7b_coder_code_f_seed_io.jsonl": "azr_seed",
@@ -79,7 +80,7 @@ def test_paper_coding_config_names_the_fetch_command_for_each_missing_file(tmp_p
   (tmp_path / "empty" / "math").mkdir(parents=True)
   (tmp_path / "empty" / "math" / "train.jsonl").write_text("{}\n")
   with pytest.raises(paths.DataMissingError) as e:
-    paths.check_config(config)
+    data_checks.check_config(config)
   assert "math/train.jsonl" not in str(e.value) and "cruxeval/cruxeval.jsonl" in str(e.value)
 
 
@@ -121,7 +122,7 @@ def test_paper_configs_pass_the_data_check_on_the_development_data(arg):
     pytest.skip(f"development data not found at {SHARED_DATA}")
   config = _config(arg)
   config.data_dir = str(SHARED_DATA)
-  paths.prepare_config(config)
+  data_checks.prepare_config(config)
   if arg == "coding":
     assert config.coding.seed_dir == str(SHARED_DATA / "azr_seed")
     assert pathlib.Path(config.reward.reference_path).is_file()
@@ -168,3 +169,10 @@ def test_run_prints_backend_and_devices_at_start_up(tmp_path):
                           text=True, timeout=600)
   assert result.returncode == 0, result.stderr[-2000:]
   assert "[compassplay] backend cpu: 1 device (cpu)" in result.stdout.splitlines()
+
+
+def test_every_fetched_file_has_a_project_loader_to_read_it_back():
+  """The fetch reads each converted file back with the loader a run reads it with (data_checks.read_back)."""
+  for dataset in sources.DATASETS.values():
+    for out in dataset.outputs:
+      assert data_checks.reader_for(out) is not None, (dataset.name, out)

@@ -12,7 +12,7 @@ from compassplay_jax.distributed import DistributedError
 from compassplay_jax.models.config import ConfigError
 from compassplay_jax.models.hub import HubModelError
 from compassplay_jax.models.safetensors_io import CheckpointError as WeightsError
-from compassplay_jax.selfplay.reference_set import ReferenceSetError
+from compassplay_jax.domains.coding.reference_set import ReferenceSetError
 from compassplay_jax.sharding import ShardingError
 from compassplay_jax.verifiers.lean_repl import LeanSetupError
 

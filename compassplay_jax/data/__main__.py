@@ -2,6 +2,9 @@
 
 Fetches the public data sets the configs and the evaluation read into the data directory
 (--dir, else $COMPASSPLAY_DATA, else ~/.cache/compassplay/data); docs/data.md lists them.
+
+An entry point, imported by nothing: it wires the project's loaders (data_checks.read_back, above the
+data layer) into the fetch, so every converted file is read back before it lands.
 """
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import argparse
 import os
 import sys
 
+from compassplay_jax import data_checks
 from compassplay_jax.data import fetch as fetch_lib
 from compassplay_jax.data import paths
 from compassplay_jax.data.sources import DATASETS
@@ -41,7 +45,8 @@ def main(argv=None) -> int:
     if args.list:
       _print_listing(args.dir)
       return 0
-    fetch_lib.fetch(args.names, args.dir, all_sets=args.all, progress=not args.no_progress)
+    fetch_lib.fetch(args.names, args.dir, all_sets=args.all, progress=not args.no_progress,
+                    check_output=data_checks.read_back)
     return 0
   except (fetch_lib.FetchError, OSError) as e:
     if os.environ.get("COMPASSPLAY_TRACEBACK"):

@@ -39,6 +39,11 @@ class FetchError(RuntimeError):
   """A download, conversion or integrity failure (one line)."""
 
 
+# Reads a converted file back with the loader a run will read it with; raises on a file it rejects. The
+# loaders live above this layer, so the caller supplies it (the command passes data_checks.read_back).
+OutputCheck = Callable[[str, pathlib.Path], None]
+
+
 def sha256_file(path: pathlib.Path) -> str:
   digest = hashlib.sha256()
   with open(path, "rb") as f:
@@ -156,7 +161,7 @@ def download(upstream: Upstream, dest: pathlib.Path, progress: bool = True) -> p
 # ---- one set -----------------------------------------------------------------------------------------
 
 def fetch_dataset(dataset: DataSet, directory: pathlib.Path, manifest: dict, *, progress: bool = True,
-                  log: Callable[[str], None] = print) -> bool:
+                  log: Callable[[str], None] = print, check_output: OutputCheck | None = None) -> bool:
   """Fetches one set into `directory` unless its files are already there. Returns True if it downloaded."""
   statuses = {out: file_status(directory, manifest, out) for out in dataset.outputs}
   for out, status in statuses.items():
@@ -179,7 +184,7 @@ def fetch_dataset(dataset: DataSet, directory: pathlib.Path, manifest: dict, *, 
       outputs = dataset.convert(raw)
     except (convert.ConvertError, KeyError, ValueError) as e:
       raise FetchError(f"{dataset.name}: upstream files do not have the expected layout ({e})") from None
-  _write_checked(directory, outputs)
+  _write_checked(directory, outputs, check_output)
   fetched_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
   for relpath in outputs:
     path = directory / relpath
@@ -190,10 +195,9 @@ def fetch_dataset(dataset: DataSet, directory: pathlib.Path, manifest: dict, *, 
   return True
 
 
-def _write_checked(directory: pathlib.Path, outputs: dict[str, str | bytes]) -> None:
-  """Writes each output beside its place, has its loader read it, and only then moves it in, so a file a
-  loader rejects never lands in the data directory."""
-  from compassplay_jax.data import checks
+def _write_checked(directory: pathlib.Path, outputs: dict[str, str | bytes], check_output: OutputCheck | None) -> None:
+  """Writes each output beside its place, has `check_output` read it, and only then moves it in, so a file
+  a loader rejects never lands in the data directory."""
   staged = {}
   try:
     for relpath, content in outputs.items():
@@ -201,12 +205,21 @@ def _write_checked(directory: pathlib.Path, outputs: dict[str, str | bytes]) -> 
       path.parent.mkdir(parents=True, exist_ok=True)
       staged[relpath] = path.with_name(".incoming-" + path.name)  # same suffix: loaders look at it
       staged[relpath].write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
-      checks.check_output(relpath, staged[relpath])
+      if check_output is not None:
+        _read_back(check_output, relpath, staged[relpath])
     for relpath, tmp in staged.items():
       tmp.replace(directory / relpath)
   finally:
     for tmp in staged.values():
       tmp.unlink(missing_ok=True)
+
+
+def _read_back(check_output: OutputCheck, relpath: str, path: pathlib.Path) -> None:
+  try:
+    check_output(relpath, path)
+  except (ValueError, KeyError, TypeError, FileNotFoundError) as e:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    raise FetchError(f"{relpath}: converted file is not readable by its loader ({first})") from None
 
 
 def select(names: Iterable[str], all_sets: bool) -> list[DataSet]:
@@ -222,13 +235,15 @@ def select(names: Iterable[str], all_sets: bool) -> list[DataSet]:
 
 
 def fetch(names: Iterable[str] = (), directory=None, *, all_sets: bool = False, progress: bool = True,
-          log: Callable[[str], None] = print) -> list[str]:
-  """Fetches the named sets (or all) into the data directory; returns the names that were downloaded."""
+          log: Callable[[str], None] = print, check_output: OutputCheck | None = None) -> list[str]:
+  """Fetches the named sets (or all) into the data directory; returns the names that were downloaded.
+  `check_output(relpath, path)` reads each converted file back before it is moved in."""
   directory = paths.data_dir(directory)
   datasets = select(names, all_sets)
   directory.mkdir(parents=True, exist_ok=True)
   manifest = read_manifest(directory)
-  return [d.name for d in datasets if fetch_dataset(d, directory, manifest, progress=progress, log=log)]
+  return [d.name for d in datasets
+          if fetch_dataset(d, directory, manifest, progress=progress, log=log, check_output=check_output)]
 
 
 def listing(directory=None) -> list[dict]:

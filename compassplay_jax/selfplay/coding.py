@@ -36,7 +36,7 @@ from compassplay_jax.rewards import novelty
 from compassplay_jax.selfplay import alignment, compact_prompts, rollout, sequences, soar_measure, summary
 from compassplay_jax.selfplay import local_reference
 from compassplay_jax.selfplay import step as step_lib
-from compassplay_jax.selfplay.reference_set import load_reference_set
+from compassplay_jax.domains.coding.reference_set import load_reference_set
 from compassplay_jax.selfplay.rollout import Row, reward_config, split_key
 
 BUILTIN = "builtin:"
@@ -78,7 +78,7 @@ def seed_dir_path(seed_dir: str):
     if not path.is_dir():
       raise InputNotFound(f"config.coding.seed_dir: no built-in seed folder {seed_dir!r}")
     return pathlib.Path(str(path))
-  from compassplay_jax.selfplay.reference_set import resolve_path
+  from compassplay_jax.domains.coding.reference_set import resolve_path
   return resolve_path(seed_dir)
 
 

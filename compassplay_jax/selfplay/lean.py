@@ -42,7 +42,7 @@ from compassplay_jax.rewards.proposer_rewards import REWARD_FNS
 from compassplay_jax.rl.advantages import conjecture_band, floored_baseline_advantages, reinforce, sgs_solver_weights
 from compassplay_jax.selfplay import alignment, rollout
 from compassplay_jax.selfplay import step as step_lib
-from compassplay_jax.selfplay.reference_set import resolve_path
+from compassplay_jax.domains.coding.reference_set import resolve_path
 from compassplay_jax.selfplay.rollout import Row, reward_config
 from compassplay_jax.verifiers.lean_acceptance import check_proofs, validate_conjecture
 from compassplay_jax.verifiers.lean_repl import check_repl_command

@@ -46,7 +46,7 @@ class Session:
     from compassplay_jax import distributed
     from compassplay_jax import sharding as sh
     from compassplay_jax.backend import describe_backend
-    from compassplay_jax.data.paths import prepare_config
+    from compassplay_jax.data_checks import prepare_config
     from compassplay_jax.selfplay.run import make_setting
     # Multi-host: join the run before anything asks JAX about processes or devices.
     distributed.initialize()  # from COMPASSPLAY_* variables; a no-op on one host
@@ -158,7 +158,7 @@ class Session:
       return self._own_reference
     if reference is None and self.config.setting == "coding":
       from compassplay_jax.selfplay import alignment, coding
-      from compassplay_jax.selfplay.reference_set import load_reference_set
+      from compassplay_jax.domains.coding.reference_set import load_reference_set
       r = self.config.reward
       problems = load_reference_set(r.reference_path, r.reference_size, self.config.seed)
       # Kept here, not on the setting: a setting with a reference set scores cosines against it.

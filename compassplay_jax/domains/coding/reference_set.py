@@ -11,6 +11,7 @@ import pathlib
 import random
 
 from compassplay_jax import jsonl
+from compassplay_jax.data import paths
 from compassplay_jax.errors import UserError
 
 BUILTIN_PREFIX = "builtin:"
@@ -34,18 +35,11 @@ def _builtin_path(name: str) -> pathlib.Path:
 
 
 def resolve_path(path: str) -> pathlib.Path:
-  """A config path: builtin:NAME, data:RELPATH (in the data directory, docs/data.md), absolute, relative to
-  the working directory, or to the repo root."""
+  """A config path: builtin:NAME (shipped in compassplay_jax/data), or any path data.paths resolves
+  (data:RELPATH in the data directory, absolute, relative to the working directory or the repo root)."""
   if path.startswith(BUILTIN_PREFIX):
     return _builtin_path(path[len(BUILTIN_PREFIX):])
-  from compassplay_jax.data import paths
-  if paths.is_data_path(path):
-    return paths.resolve(path)
-  candidate = pathlib.Path(path)
-  if candidate.is_absolute() or candidate.exists():
-    return candidate
-  repo_root = pathlib.Path(__file__).resolve().parents[2]
-  return repo_root / path
+  return paths.resolve_config_path(path)
 
 
 def load_reference_set(path: str, size: int, seed: int) -> list[ReferenceProblem]:

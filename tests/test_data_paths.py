@@ -1,4 +1,6 @@
 """The data directory setting, the start-up data check, and that the package names no development paths."""
+import hashlib
+import json
 import os
 import pathlib
 import re
@@ -117,21 +119,75 @@ def test_fresh_clone_stops_at_start_up_with_the_fetch_command(tmp_path):
 
 
 @pytest.mark.parametrize("arg", ["coding", "lean"])
-def test_paper_configs_pass_the_data_check_on_the_development_data(arg):
+def test_paper_configs_pass_the_data_check_on_the_development_data(arg, capsys):
+  """The development copy passes, except its GSM8K file: GSM8K's 2021 release, not the pinned commit's
+  corrected file (b52325a fixed problem #455), so the check refuses it until eval.paths names it."""
   if not SHARED_DATA.is_dir():
     pytest.skip(f"development data not found at {SHARED_DATA}")
   config = _config(arg)
   config.data_dir = str(SHARED_DATA)
+  if arg == "coding":
+    gsm8k = SHARED_DATA / "gsm8k" / "test.jsonl"
+    with pytest.raises(paths.DataIntegrityError) as e:
+      data_checks.prepare_config(config)
+    message = str(e.value)
+    assert "\n" not in message and message.count(" sha256 expected ") == 1 and str(gsm8k) in message
+    assert f"expected {sources.output_sha256('gsm8k/test.jsonl')}" in message
+    assert f"got {hashlib.sha256(gsm8k.read_bytes()).hexdigest()}" in message
+    config.eval.paths = f"gsm8k={gsm8k}"  # a file named by path is the user's choice: not checked
   data_checks.prepare_config(config)
+  unchecked = capsys.readouterr().out
   if arg == "coding":
     assert config.coding.seed_dir == str(SHARED_DATA / "azr_seed")
     assert pathlib.Path(config.reward.reference_path).is_file()
     assert config.eval.data_dir == str(SHARED_DATA)
+    # Converted files that no fetch wrote here cannot be checked; the run says which.
+    assert "not checked: math/train.jsonl, livecodebench/test_2408_2501.json" in unchecked
   else:
     assert config.lean.targets_path == str(SHARED_DATA / "leanworkbook" / "leanworkbook_train_1k.jsonl")
   from compassplay_jax.selfplay import coding
   if arg == "coding":
     coding.validate_config(config)  # the reference file loads from the resolved path
+
+
+def test_start_up_refuses_data_files_that_are_not_the_pinned_ones(tmp_path, capsys):
+  """Every file the paper coding config reads, present but made up: each pinned one is named in one line
+  with its pin and its actual sha256; the converted ones are checked against MANIFEST.json once a fetch
+  recorded them, and otherwise reported as unchecked."""
+  config = _config("coding")
+  config.data_dir = str(tmp_path)
+  needed = sorted({rel for _, rel in data_checks.needed_files(config)})
+  for rel in needed:
+    (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / rel).write_text(f"not the real {rel}\n")
+  with pytest.raises(paths.DataIntegrityError) as e:
+    data_checks.prepare_config(config)
+  message = str(e.value)
+  pinned = [rel for rel in needed if sources.output_sha256(rel)]
+  assert "\n" not in message and message.count(" sha256 expected ") == len(pinned) >= 8
+  for rel in pinned:
+    got = hashlib.sha256((tmp_path / rel).read_bytes()).hexdigest()
+    assert f"{tmp_path / rel}: sha256 expected {sources.output_sha256(rel)}" in message and f"got {got}" in message
+  # With the pinned files left out of the check (named by path), the converted ones are what is left.
+  config.eval.paths = ",".join(f"{n}={tmp_path / b.relpath}" for n, b in benchmarks.BENCHMARKS.items()
+                               if sources.output_sha256(b.relpath))
+  config.coding.seed_dir = str(tmp_path / "azr_seed")
+  data_checks.prepare_config(config)
+  assert "not checked: math/train.jsonl, livecodebench/test_2408_2501.json" in capsys.readouterr().out
+  # Once a fetch has recorded a converted file, an edit to it is refused, naming the manifest.
+  config = _config("coding")
+  config.data_dir, config.eval.every_steps = str(tmp_path), 0
+  recorded = hashlib.sha256((tmp_path / "math/train.jsonl").read_bytes()).hexdigest()
+  (tmp_path / "MANIFEST.json").write_text(json.dumps({"files": {"math/train.jsonl": {"sha256": recorded}}}))
+  (tmp_path / "azr_seed").rename(tmp_path / "azr_seed_unused")
+  config.coding.seed_dir = ""
+  data_checks.prepare_config(config)  # unchanged: passes
+  config = _config("coding")
+  config.data_dir, config.eval.every_steps, config.coding.seed_dir = str(tmp_path), 0, ""
+  (tmp_path / "math/train.jsonl").write_text("edited\n")
+  with pytest.raises(paths.DataIntegrityError, match=r"math/train\.jsonl: sha256 expected " + recorded +
+                     r" \(the sha256 the fetch recorded in MANIFEST\.json\), got "):
+    data_checks.prepare_config(config)
 
 
 def test_missing_benchmark_file_names_its_fetch_command(tmp_path):

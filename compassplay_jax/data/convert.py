@@ -155,9 +155,9 @@ def convert_livecodebench(upstreams: Iterable[str], output: str, start: str, end
 # ---- Lean Workbook (internlm/Lean-Workbook, lean_workbook.json) --------------------------------------
 
 def convert_lean_workbook(upstream: str, train_size: int, seed: int) -> Converter:
-  """Statements with a formal statement (the file is a JSON list, or one JSON object per line); test =
-  the records whose `split` is "test" (written only where there are any), train_1k = a seeded sample of
-  `train_size` of the others (the Lean setting's targets)."""
+  """A seeded sample of `train_size` statements with a formal statement (the Lean setting's stand-in
+  targets); the file is a JSON list, or one JSON object per line. Lean Workbook marks no test split
+  (its records' `split` is the collection they come from), so no test file is written."""
   def convert(raw: Raw) -> dict[str, str | bytes]:
     text = raw[upstream].read_text(encoding="utf-8")
     try:
@@ -174,13 +174,8 @@ def convert_lean_workbook(upstream: str, train_size: int, seed: int) -> Converte
         raise ConvertError(f"{upstream}: record {index} needs keys 'id' and 'formal_statement'")
       rows.append({"name": record["id"], "split": record.get("split", "train"),
                    "formal_statement": record["formal_statement"]})
-    test = [r for r in rows if r["split"] == "test"]
-    rest = [r for r in rows if r["split"] != "test"]
-    if len(rest) < train_size:
-      raise ConvertError(f"{upstream}: {len(rest)} non-test statements, fewer than {train_size}")
-    train = random.Random(seed).sample(rest, train_size)
-    out = {"leanworkbook/leanworkbook_train_1k.jsonl": to_jsonl(train)}
-    if test:
-      out["leanworkbook/leanworkbook_test.jsonl"] = to_jsonl(test)
-    return out
+    if len(rows) < train_size:
+      raise ConvertError(f"{upstream}: {len(rows)} statements, fewer than {train_size}")
+    train = random.Random(seed).sample(rows, train_size)
+    return {"leanworkbook/leanworkbook_train_1k.jsonl": to_jsonl(train)}
   return convert

@@ -1,9 +1,12 @@
-"""Downloads the pinned upstream files of a data set, converts them, and records them in a manifest.
+"""Downloads the pinned upstream files of a data set, checks them, converts them, and records them in a manifest.
 
-The manifest (<data dir>/MANIFEST.json) holds, per written file: the set, sha256, size, license and
-every upstream file it came from (repository, revision, path, sha256). A second fetch of a set whose
-files match their manifest entries downloads nothing; a file that no longer matches stops the fetch
-with one line (delete it and fetch again).
+Every download is checked against its pinned sha256 (sources.Upstream.sha256; a Hub file without one,
+against the content hash the Hub names for it at the pinned commit), and every output with a pinned
+sha256 (sources.DataSet.output_sha256) against that, each mismatch one line naming the file, the
+expected and the actual sha256. The manifest (<data dir>/MANIFEST.json) holds, per written file: the
+set, sha256, size, license and every upstream file it came from (repository, revision, path, sha256).
+A file's expected sha256 is its pin, else its manifest entry; a second fetch of a set whose files match
+downloads nothing, a file that does not match stops the fetch (delete it and fetch again).
 
 Endpoints: Hub files go through huggingface_hub (HF_ENDPOINT, HF_HOME, HF_HUB_OFFLINE, HF_TOKEN as
 usual); GitHub files come from $COMPASSPLAY_GITHUB_RAW (default https://raw.githubusercontent.com), and
@@ -25,7 +28,7 @@ from typing import Callable, Iterable
 import tqdm
 
 from compassplay_jax.data import paths
-from compassplay_jax.data.sources import DATASETS, GITHUB, DataSet, Upstream
+from compassplay_jax.data.sources import DATASETS, GITHUB, DataSet, Upstream, dataset_for, output_sha256
 
 MANIFEST = "MANIFEST.json"
 GITHUB_RAW_ENV = "COMPASSPLAY_GITHUB_RAW"
@@ -72,27 +75,47 @@ def write_manifest(directory: pathlib.Path, manifest: dict) -> None:
   tmp.replace(directory / MANIFEST)
 
 
+def expected_sha256(manifest: dict, relpath: str) -> tuple[str, str]:
+  """(sha256, what it is) a data-dir file must have: its pin, else what the fetch wrote (the manifest),
+  else ("", "") for a file neither pinned nor fetched here."""
+  pinned = output_sha256(relpath)
+  if pinned:
+    return pinned, "its pin in compassplay_jax/data/sources.py"
+  entry = manifest["files"].get(relpath)
+  return (entry["sha256"], "the sha256 the fetch recorded in MANIFEST.json") if entry else ("", "")
+
+
 def file_status(directory: pathlib.Path, manifest: dict, relpath: str) -> str:
-  """"missing", "ok" (matches its manifest sha256), "corrupt" (does not), or "present" (there, but not
-  written by a fetch, so unchecked: e.g. a copied directory)."""
+  """"missing", "ok" (matches its pinned or manifest sha256), "corrupt" (does not), or "present" (there,
+  neither pinned nor written by a fetch, so unchecked)."""
   path = directory / relpath
   if not path.exists():
     return "missing"
-  entry = manifest["files"].get(relpath)
-  if entry is None:
+  expected, _ = expected_sha256(manifest, relpath)
+  if not expected:
     return "present"
-  return "ok" if sha256_file(path) == entry["sha256"] else "corrupt"
+  return "ok" if sha256_file(path) == expected else "corrupt"
+
+
+def mismatch(directory: pathlib.Path, manifest: dict, relpath: str) -> str:
+  """"" when `relpath` matches its expected sha256 (or has none), else the one-line reason."""
+  path = directory / relpath
+  expected, what = expected_sha256(manifest, relpath)
+  if not expected:
+    return ""
+  actual = sha256_file(path)
+  if actual == expected:
+    return ""
+  dataset = dataset_for(relpath)
+  fix = f"delete it and run {paths.fetch_command([dataset.name], directory)}" if dataset else "delete it"
+  return f"{path}: sha256 expected {expected} ({what}), got {actual}; {fix}"
 
 
 def verify(directory: pathlib.Path, manifest: dict, relpath: str) -> None:
-  """Raises FetchError (one line) when `relpath` no longer matches its manifest sha256."""
-  path = directory / relpath
-  actual = sha256_file(path)
-  expected = manifest["files"][relpath]["sha256"]
-  if actual != expected:
-    name = manifest["files"][relpath].get("dataset", "")
-    raise FetchError(f"{path}: sha256 {actual[:12]}… does not match the manifest's {expected[:12]}… "
-                     f"(corrupted or edited); delete it and run {paths.fetch_command([name], directory)}")
+  """Raises FetchError (one line) when `relpath` does not match its expected sha256."""
+  reason = mismatch(directory, manifest, relpath)
+  if reason:
+    raise FetchError(reason)
 
 
 # ---- downloads ---------------------------------------------------------------------------------------
@@ -151,11 +174,41 @@ def _download_hub(upstream: Upstream, progress: bool) -> pathlib.Path:
 
 
 def download(upstream: Upstream, dest: pathlib.Path, progress: bool = True) -> pathlib.Path:
-  """Fetches one upstream file; returns where it is (`dest`, or the Hugging Face cache for Hub files)."""
+  """Fetches one upstream file and checks it (check_download); returns where it is (`dest`, or the Hugging
+  Face cache for Hub files)."""
   if upstream.kind == GITHUB:
     _download_github(upstream, dest, progress)
-    return dest
-  return _download_hub(upstream, progress)
+    local = dest
+  else:
+    local = _download_hub(upstream, progress)
+  check_download(upstream, local)
+  return local
+
+
+def check_download(upstream: Upstream, local: pathlib.Path) -> str:
+  """Raises FetchError (one line) unless `local` has the upstream file's pinned sha256, or (a Hub file
+  without a pin) the content hash the Hub names for the file at the pinned commit: the name of the blob
+  huggingface_hub cached it under, a sha256 for git-lfs/xet files, a git blob sha1 for small ones.
+  Returns what it was checked against."""
+  label = f"{upstream.repo}@{upstream.revision[:12]}/{upstream.path}"
+  actual = sha256_file(local)
+  if upstream.sha256:
+    if actual != upstream.sha256:
+      raise FetchError(f"{label}: download sha256 expected {upstream.sha256} (its pin), got {actual}; "
+                       "not the pinned file: fetch again")
+    return "pin"
+  named = pathlib.Path(os.path.realpath(local)).name if upstream.kind != GITHUB else ""
+  if len(named) == 64:
+    expected, got = named, actual
+  elif len(named) == 40:
+    data = local.read_bytes()
+    expected, got = named, hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+  else:
+    raise FetchError(f"{label}: no pinned sha256 and no content hash from the Hub to check the download against")
+  if got != expected:
+    raise FetchError(f"{label}: download hash expected {expected} (the Hub's, at the pinned commit), got {got}; "
+                     "corrupted download or cache: delete it from the Hugging Face cache and fetch again")
+  return "hub content hash"
 
 
 # ---- one set -----------------------------------------------------------------------------------------
@@ -168,7 +221,7 @@ def fetch_dataset(dataset: DataSet, directory: pathlib.Path, manifest: dict, *, 
     if status == "corrupt":
       verify(directory, manifest, out)  # raises with the one-line message
   if all(s in ("ok", "present") for s in statuses.values()):
-    note = "" if all(s == "ok" for s in statuses.values()) else " (present; not fetched by this tool, not checked)"
+    note = "" if all(s == "ok" for s in statuses.values()) else " (present; neither pinned nor fetched by this tool, not checked)"
     log(f"{dataset.name}: up to date{note}")
     return False
   with tempfile.TemporaryDirectory(prefix=f"compassplay_{dataset.name}_") as tmp:
@@ -178,12 +231,18 @@ def fetch_dataset(dataset: DataSet, directory: pathlib.Path, manifest: dict, *, 
       local = download(upstream, dest, progress)
       raw[upstream.path] = local
       sources.append({"kind": upstream.kind, "repo": upstream.repo, "revision": upstream.revision,
-                      "path": upstream.path, "sha256": sha256_file(local)})
+                      "path": upstream.path, "sha256": sha256_file(local),
+                      "checked_against": "pin" if upstream.sha256 else "hub content hash"})
     from compassplay_jax.data import convert
     try:
       outputs = dataset.convert(raw)
     except (convert.ConvertError, KeyError, ValueError) as e:
       raise FetchError(f"{dataset.name}: upstream files do not have the expected layout ({e})") from None
+  for relpath, content in outputs.items():
+    expected = dataset.output_sha256.get(relpath)
+    actual = hashlib.sha256(content.encode("utf-8") if isinstance(content, str) else content).hexdigest()
+    if expected and actual != expected:
+      raise FetchError(f"{relpath}: converted file sha256 expected {expected} (its pin), got {actual}")
   _write_checked(directory, outputs, check_output)
   fetched_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
   for relpath in outputs:

@@ -21,6 +21,10 @@ class DataMissingError(UserError, FileNotFoundError):
   """Data files the config needs are not in the data directory."""
 
 
+class DataIntegrityError(UserError, ValueError):
+  """Data files the config needs are not the pinned files (their sha256 differs)."""
+
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 

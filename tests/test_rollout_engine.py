@@ -90,17 +90,21 @@ def tiny_loop():
 def test_loop_sampling_goes_through_the_configured_engine(tiny_loop):
   from compassplay_jax.sampling import build_prompt
   from compassplay_jax.selfplay import rollout
+  from compassplay_jax.selfplay import step as step_lib
   config, (graphdef, params), tok = tiny_loop
   prompts = [build_prompt(tok, "Write f(x) = x + 1."), build_prompt(tok, "Say hi.")]
-  args = (graphdef, params, tok, prompts, config, jax.random.key(0))
   assert config.sampling.engine == "static"  # the default
-  static = rollout.sample(*args, n_samples=2, max_new_tokens=6, stop_strings=("\n",))
-  assert isinstance(rollout.make_rollout_engine(graphdef, tok, config), StaticEngine)
+  run_engine = step_lib.one_device_engine(graphdef, params, config)
+  static = rollout.sample(run_engine, params, tok, prompts, config, jax.random.key(0), n_samples=2, max_new_tokens=6,
+                          stop_strings=("\n",))
+  assert isinstance(run_engine.rollout, StaticEngine)
   config.sampling.engine = "continuous"
   try:
-    engine = rollout.make_rollout_engine(graphdef, tok, config)
+    run_engine = step_lib.one_device_engine(graphdef, params, config)
+    cont = rollout.sample(run_engine, params, tok, prompts, config, jax.random.key(0), n_samples=2,
+                          max_new_tokens=6, stop_strings=("\n",))
+    engine = run_engine.rollout
     assert isinstance(engine, ContinuousEngine)
-    cont = rollout.sample(*args, n_samples=2, max_new_tokens=6, stop_strings=("\n",), rollout_engine=engine)
     assert engine.params is params and engine.stats.inserts == 4
   finally:
     config.sampling.engine = "static"
@@ -110,7 +114,8 @@ def test_loop_sampling_goes_through_the_configured_engine(tiny_loop):
   config.sampling.engine = "vllm"
   try:
     with pytest.raises(ValueError, match="sampling engine 'vllm' is not one of"):
-      rollout.sample(*args)
+      rollout.sample(step_lib.one_device_engine(graphdef, params, config), params, tok, prompts, config,
+                     jax.random.key(0))
   finally:
     config.sampling.engine = "static"
 
@@ -134,11 +139,24 @@ class _CountingEngine(RolloutEngine):
 def test_an_engine_plugged_into_the_loop_is_used_without_loop_changes(tiny_loop):
   from compassplay_jax.sampling import build_prompt
   from compassplay_jax.selfplay import rollout
+  from compassplay_jax.selfplay import step as step_lib
   config, (graphdef, params), tok = tiny_loop
   prompts = [build_prompt(tok, "Say hi.")]
-  want = rollout.sample(graphdef, params, tok, prompts, config, jax.random.key(1), max_new_tokens=5)
+  want = rollout.sample(step_lib.one_device_engine(graphdef, params, config), params, tok, prompts, config,
+                        jax.random.key(1), max_new_tokens=5)
   plugged = _CountingEngine(graphdef, tok)
-  got = rollout.sample(graphdef, params, tok, prompts, config, jax.random.key(1), max_new_tokens=5,
-                       rollout_engine=plugged)
+  run_engine = step_lib.one_device_engine(graphdef, params, config)
+  run_engine.rollout = plugged  # Engine.rollout_engine's documented seam for an external engine
+  got = rollout.sample(run_engine, params, tok, prompts, config, jax.random.key(1), max_new_tokens=5)
   assert plugged.calls == 1 and plugged.updates == [params]
   np.testing.assert_array_equal(got.tokens[0], want.tokens[0])
+
+
+def test_seam_names_importable_from_sampling_engine():
+  """The seam lives in rollout_engine.py (so continuous.py need not import engine.py); callers'
+  `from compassplay_jax.sampling.engine import Request, RolloutEngine, ...` keeps working."""
+  from compassplay_jax.sampling import continuous, engine, rollout_engine
+  assert engine.RolloutEngine is rollout_engine.RolloutEngine and engine.Request is rollout_engine.Request
+  assert engine.as_requests is rollout_engine.as_requests and engine.ContinuousEngine is continuous.ContinuousEngine
+  assert issubclass(ContinuousEngine, RolloutEngine) and issubclass(StaticEngine, RolloutEngine)
+  assert engine.as_requests([[1, 2], "hi"]) == [Request([1, 2]), Request("hi")]

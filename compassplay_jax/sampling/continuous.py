@@ -20,9 +20,9 @@ import numpy as np
 
 from compassplay_jax.sampling import batching, slots as slots_lib
 from compassplay_jax.sampling.config import SamplingConfig
-from compassplay_jax.sampling.engine import RolloutEngine, as_requests
 from compassplay_jax.sampling.generate import GenerationResult, _as_key, _eos_ids, _pad_id, graphdef_config
 from compassplay_jax.sampling.prompts import encode_prompts
+from compassplay_jax.sampling.rollout_engine import RolloutEngine, as_requests
 from compassplay_jax.sampling.stops import StopFinder
 
 QUEUE_ORDERS = ("longest_first", "arrival")

@@ -1,76 +1,26 @@
-"""The rollout-engine seam: what the self-play loop needs from a generator, and the static engine.
+"""Rollout engines by name: the static engine (today's `generate`) and `make_engine`.
 
 The loop only ever calls `engine.update_params(params)` (after a policy update) and
-`engine.generate(requests, config, key)` (requests -> tokens, exact log-probs, finish reasons). Our
-two samplers implement it (`StaticEngine`: today's `generate`; `ContinuousEngine`: continuous
-batching, continuous.py); an external engine (vLLM, tpu-inference, sglang-jax) implements the same
-two methods by converting params to its weights and its outputs to a `GenerationResult`
-(docs/sampling.md, "Rollout engines").
+`engine.generate(requests, config, key)` (requests -> tokens, exact log-probs, finish reasons): the
+`RolloutEngine` seam (rollout_engine.py). Our two samplers implement it (`StaticEngine`: today's
+`generate`; `ContinuousEngine`: continuous batching, continuous.py); an external engine (vLLM,
+tpu-inference, sglang-jax) implements the same two methods by converting params to its weights and
+its outputs to a `GenerationResult` (docs/sampling.md, "Rollout engines"). `Request`,
+`RolloutEngine` and `as_requests` are importable from here too.
 """
 from __future__ import annotations
-
-import abc
-import dataclasses
-from typing import Sequence
 
 import numpy as np
 
 from compassplay_jax.sampling.config import SamplingConfig
+from compassplay_jax.sampling.continuous import ContinuousEngine
 from compassplay_jax.sampling.generate import GenerationResult, generate
+from compassplay_jax.sampling.rollout_engine import Request, RolloutEngine, as_requests
+
+__all__ = ["ENGINES", "Request", "RolloutEngine", "as_requests", "StaticEngine", "ContinuousEngine",
+           "merge_results", "make_engine"]
 
 ENGINES = ("static", "continuous")
-
-
-@dataclasses.dataclass(frozen=True)
-class Request:
-  """One prompt to sample `config.n_samples` completions for.
-
-  prompt: text (needs a tokenizer) or token ids. max_new_tokens / stop_strings: this request's own
-  budget and stop strings; None uses the SamplingConfig's.
-  """
-  prompt: str | Sequence[int]
-  max_new_tokens: int | None = None
-  stop_strings: tuple[str, ...] | None = None
-
-  def __post_init__(self):
-    if self.max_new_tokens is not None and self.max_new_tokens < 1:
-      raise ValueError(f"Request.max_new_tokens={self.max_new_tokens} is less than 1")
-    if self.stop_strings is not None:
-      object.__setattr__(self, "stop_strings", tuple(self.stop_strings))
-      if any(not s for s in self.stop_strings):
-        raise ValueError("Request.stop_strings contains an empty string")
-
-  def budget(self, config: SamplingConfig) -> int:
-    return self.max_new_tokens or config.max_new_tokens
-
-  def stops(self, config: SamplingConfig) -> tuple[str, ...]:
-    return config.stop_strings if self.stop_strings is None else self.stop_strings
-
-
-def as_requests(prompts) -> list[Request]:
-  """Requests from a list of Requests, texts or token-id lists."""
-  if not prompts:
-    raise ValueError("requests is empty")
-  return [p if isinstance(p, Request) else Request(p) for p in prompts]
-
-
-class RolloutEngine(abc.ABC):
-  """Generates rollouts from the current policy parameters.
-
-  Contract (what the loop and trainer rely on): rows are prompt-major (row = i * n_samples + j);
-  `logprobs[r][t]` is log softmax(logits / T) of the chosen token over the full vocabulary at the
-  params last given to `update_params`; `tokens[r]` includes eos when the row ended on it and ends
-  at the token completing a stop string; a fixed key reproduces the result.
-  """
-
-  @abc.abstractmethod
-  def update_params(self, params) -> None:
-    """Makes `params` (the nnx.split state of the policy) the weights used by later generate calls."""
-
-  @abc.abstractmethod
-  def generate(self, requests: Sequence[Request | str | Sequence[int]], config: SamplingConfig,
-               key) -> GenerationResult:
-    """config.n_samples completions per request."""
 
 
 class StaticEngine(RolloutEngine):
@@ -132,6 +82,5 @@ def make_engine(name: str, graphdef, tokenizer, params=None, **options) -> Rollo
   if name == "static":
     return StaticEngine(graphdef, tokenizer, params, **options)
   if name == "continuous":
-    from compassplay_jax.sampling.continuous import ContinuousEngine
     return ContinuousEngine(graphdef, tokenizer, params, **options)
   raise ValueError(f"sampling engine {name!r} is not one of {ENGINES}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import threading
 
 import jax
 from jax import monitoring
@@ -31,22 +32,55 @@ def enable(directory: str, min_compile_seconds: float = 0.5) -> pathlib.Path | N
   return path
 
 
-class CompileStats:
-  """Running totals of backend compilations (count, seconds) and persistent-cache hits."""
+class _ProcessCounts:
+  """Backend compilations (count, seconds) and persistent-cache hits in this process so far.
+
+  One instance, whose two JAX monitoring listeners are registered on first use and never again:
+  JAX keeps listeners in process-wide lists, so a listener per CompileStats would grow them (and keep
+  every instance alive) with each run made in the process. (jax.monitoring.clear_event_listeners
+  would drop them; nothing in the package calls it.)
+  """
 
   def __init__(self):
     self.count, self.seconds, self.cache_hits = 0, 0.0, 0
-    monitoring.register_event_duration_secs_listener(self._on_duration)
-    monitoring.register_event_listener(self._on_event)
+    self._lock = threading.Lock()
+    self._registered = False
+
+  def ensure_registered(self) -> None:
+    with self._lock:
+      if not self._registered:
+        monitoring.register_event_duration_secs_listener(self._on_duration)
+        monitoring.register_event_listener(self._on_event)
+        self._registered = True
 
   def _on_duration(self, name, seconds, **_):
     if name == _COMPILE_EVENT:
-      self.count += 1
-      self.seconds += seconds
+      with self._lock:
+        self.count += 1
+        self.seconds += seconds
 
   def _on_event(self, name, **_):
     if name == _HIT_EVENT:
-      self.cache_hits += 1
+      with self._lock:
+        self.cache_hits += 1
+
+  def snapshot(self) -> tuple[int, float, int]:
+    with self._lock:
+      return self.count, self.seconds, self.cache_hits
+
+
+_PROCESS = _ProcessCounts()
+
+
+class CompileStats:
+  """Backend compilations (count, seconds) and persistent-cache hits since this instance was made
+  (the process's totals minus those at creation; any number of instances share one JAX listener)."""
+
+  def __init__(self):
+    _PROCESS.ensure_registered()
+    self._start = _PROCESS.snapshot()
 
   def totals(self) -> dict[str, float]:
-    return {"compile/count": self.count, "compile/seconds": self.seconds, "compile/cache_hits": self.cache_hits}
+    now = _PROCESS.snapshot()
+    count, seconds, hits = (a - b for a, b in zip(now, self._start))
+    return {"compile/count": count, "compile/seconds": seconds, "compile/cache_hits": hits}

@@ -7,13 +7,24 @@ loop; a request that is not JSON ends the process with an error on stderr. Each
 command gets the next env number; `{"cmd", "env": n}` with an unknown n answers
 `{"message": "Unknown environment."}`; `import` is only allowed without env.
 
-Lean is faked by keywords: `sorry`/`admit` give a sorry entry and the warning
+Lean is faked by keywords, read from the code as Lean reads it (comments and
+literals found by compassplay_jax/lean_syntax/lexer.py, the port of Lean's
+tokenizer): `sorry`/`admit` give a sorry entry and the warning
 "declaration uses 'sorry'"; `#print axioms X` reports sorryAx for sorry, the
 names of declared `axiom`s, Lean.ofReduceBool for native_decide, and any names
-given by a `fake: axioms` directive; `#print "s"` prints s.
+given by a `fake: axioms` directive; `#print "s"` prints s. The declaration audit
+(verifiers/lean_audit.py: `#eval show Lean.CoreM Unit from do` carrying its
+marker) answers as its Lean code does: one info message at the `#eval` line,
+the marker, then `name kind` for every declaration the command's code adds
+(theorem/lemma, def/abbrev/instance, axiom, opaque, inductive/structure/class
+with their constructor and recursor, `_aux_` definitions for elab/macro/syntax/
+notation, `<thm>.match_1` for a `match` in a proof); a kernel error at that line
+instead when the proof was only accepted with the kernel check skipped.
 
 Behaviour is set by directive comments inside a command (`-- fake: <what>`):
   sleep S | hang | crash | crash-mid-reply | grow MB | error TEXT | axioms A, B |
+  decls NAME KIND, … (more declarations in the audit) | unchecked (the kernel check was
+  skipped: the audit's re-check fails) |
   reply JSON (answer exactly this) | noise (print non-JSON lines before the reply)
 and by flags: --log PATH (append one JSON line per event), --header-delay S,
 --sorry-backticks (the Lean >= 4.26 spelling of the warning), --banner (print
@@ -27,6 +38,9 @@ import os
 import re
 import sys
 import time
+
+from compassplay_jax.lean_syntax import lexer
+from compassplay_jax.verifiers import lean_audit
 
 _KNOWN_IMPORTS = ("Mathlib", "Aesop", "Init", "Lean", "Std", "Batteries")
 _HOLD = []  # Memory grown on request stays allocated for the process's life.
@@ -68,9 +82,42 @@ def _directives(cmd):
 
 
 def _code(cmd):
-  """The command without comments, same length so positions still match."""
-  blank = lambda m: re.sub(r"[^\n]", " ", m.group(0))
-  return re.sub(r"--[^\n]*", blank, re.sub(r"/-.*?-/", blank, cmd, flags=re.S))
+  """The command without comments (as Lean's tokenizer finds them), same length so positions
+  still match."""
+  pieces = []
+  for segment in lexer.lex(cmd):
+    piece = cmd[segment.start:segment.end]
+    pieces.append(re.sub(r"[^\n]", " ", piece) if segment.kind == lexer.COMMENT else piece)
+  return "".join(pieces)
+
+
+_DECLARATIONS = (  # (regex on the code, kind, name template) for what a command adds
+    (r"\b(?:theorem|lemma)\s+([^\s(){}\[\]:]+)", "theorem", "{}"),
+    (r"\b(?:def|abbrev)\s+([^\s(){}\[\]:]+)", "definition", "{}"),
+    (r"\binstance\b\s*([^\s(){}\[\]:]*)", "definition", "{}"),
+    (r"\baxiom\s+([^\s(){}\[\]:]+)", "axiom", "{}"),
+    (r"\bopaque\s+([^\s(){}\[\]:]+)", "opaque", "{}"),
+    (r"\b(?:inductive|structure|class)\s+([^\s(){}\[\]:]+)", "inductive", "{}"),
+    (r"\b(elab|macro|syntax|notation|macro_rules|elab_rules)\b", "definition", "_aux_{}_1"),
+)
+
+
+def _declarations(code, directives):
+  """(name, kind) of what the command's code declares, as the audit would list them."""
+  found = []
+  for pattern, kind, template in _DECLARATIONS:
+    for hit in re.finditer(pattern, code):
+      name = template.format(hit.group(1) or "instFake")
+      found.append((name, kind))
+      if kind == "inductive":
+        found += [(f"{name}.mk", "constructor"), (f"{name}.rec", "recursor")]
+  theorems = [name for name, kind in found if kind == "theorem"]
+  if theorems and re.search(r"\bmatch\b", code):
+    found.append((f"{theorems[0]}.match_1", "definition"))
+  for directive in directives:
+    if directive.startswith("decls "):
+      found += [tuple(d.split()) for d in directive[len("decls "):].split(",") if d.strip()]
+  return found
 
 
 def _hash_percent(text):
@@ -116,6 +163,16 @@ def _answer(cmd, env_id, args):
     text = (f"'{hit.group(1)}' depends on axioms: [{', '.join(used)}]" if used
             else f"'{hit.group(1)}' does not depend on any axioms")
     messages.append(_message(cmd, hit.start(), len(hit.group(0)), "info", text))
+  audit = re.search(r"^#eval show Lean\.CoreM Unit from do$", code, re.M)
+  if audit and lean_audit.AUDIT_MARKER in cmd[audit.start():]:
+    if "unchecked" in _directives(cmd):
+      messages.append(_message(cmd, audit.start(), 5, "error",
+                               "(kernel) declaration type mismatch, '_compassplay_recheck.1' has type\n"
+                               "  True\nbut it is expected to have type\n  False"))
+    else:
+      found = _declarations(code[:audit.start()], _directives(cmd))
+      report = "\n".join([lean_audit.AUDIT_MARKER, *(f"{name} {kind}" for name, kind in found)])
+      messages.append(_message(cmd, audit.start(), 5, "info", report))
   for hit in re.finditer(r'^#print\s+"([^"]*)"', code, re.M):
     messages.append(_message(cmd, hit.start(), len(hit.group(0)), "info", hit.group(1)))
   if messages:

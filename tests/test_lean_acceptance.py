@@ -11,6 +11,9 @@ from compassplay_jax.verifiers.lean_acceptance import check_proofs
 from compassplay_jax.verifiers.lean_acceptance import elaborate_conjecture
 from compassplay_jax.verifiers.lean_acceptance import proof_command
 from compassplay_jax.verifiers.lean_acceptance import validate_conjecture
+from compassplay_jax.verifiers.lean_audit import AUDIT_MARKER
+from compassplay_jax.verifiers.lean_audit import audit_commands
+from compassplay_jax.verifiers.lean_audit import audit_line_count
 from compassplay_jax.verifiers.lean_pool import LeanReplPool
 from compassplay_jax.verifiers.lean_repl import LeanCheckResult
 
@@ -22,8 +25,12 @@ CLEAN = "\n  rw [h₂, h₃] at h₁\n  norm_num [h₁]"
 STANDARD_AXIOMS = "'mathd_algebra_478' depends on axioms: [propext, Classical.choice, Quot.sound]"
 
 
+THEOREM = "mathd_algebra_478"
+
+
 def axioms_line(body):
-  return proof_command(STATEMENT, body).count("\n")
+  """The line of our `#print axioms` in proof_command's text (the audit's #eval follows it)."""
+  return proof_command(STATEMENT, body).count("\n") - audit_line_count() + 1
 
 
 def info(line, data):
@@ -31,11 +38,18 @@ def info(line, data):
           "endPos": {"line": line, "column": 31}, "data": data}
 
 
-def reply(body, *messages, sorries=(), axioms=STANDARD_AXIOMS):
-  """A reply shaped like the REPL's, ending with the #print axioms report on its line."""
+def audit_report(declarations):
+  return "\n".join([AUDIT_MARKER, *(f"{name} {kind}" for name, kind in declarations)])
+
+
+def reply(body, *messages, sorries=(), axioms=STANDARD_AXIOMS, declarations=((THEOREM, "theorem"),)):
+  """A reply shaped like the REPL's, ending with the #print axioms report and the declaration
+  audit on their lines (what lean_audit's commands print)."""
   msgs = list(messages)
   if axioms is not None:
     msgs.append(info(axioms_line(body), axioms))
+  if declarations is not None:
+    msgs.append(info(axioms_line(body) + 1, audit_report(declarations)))
   out = {"env": 1}
   if msgs:
     out["messages"] = msgs
@@ -214,11 +228,15 @@ def test_banned_construct_names_the_line():
   assert banned_construct('  simp [show "--" = "--" from rfl]\n  sorry') == "sorry (line 2)"
 
 
-def test_proof_command_appends_body_then_axioms():
+def test_proof_command_appends_body_then_axioms_then_the_audit():
+  audit = audit_commands("t")
+  assert audit.startswith("#print axioms t\n#eval show Lean.CoreM Unit from do\n")
   assert proof_command("theorem t : True := by", "trivial") == (
-      "theorem t : True := by trivial\n\n#print axioms t\n")
+      "theorem t : True := by trivial\n\n" + audit)
   assert proof_command("theorem t : True := by\n", "\n  trivial\n\n") == (
-      "theorem t : True := by\n  trivial\n\n#print axioms t\n")
+      "theorem t : True := by\n  trivial\n\n" + audit)
+  # A body glued to `by` gets a space: `by'x'` would be one identifier to Lean.
+  assert proof_command("theorem t : Char := by", "'x'").startswith("theorem t : Char := by 'x'")
   with pytest.raises(ValueError, match="no 'theorem <name>'"):
     proof_command("example : True := by", "trivial")
 

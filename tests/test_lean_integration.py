@@ -14,6 +14,7 @@ from compassplay_jax.verifiers.lean_acceptance import check_proofs
 from compassplay_jax.verifiers.lean_acceptance import elaborate_conjecture
 from compassplay_jax.verifiers.lean_acceptance import proof_command
 from compassplay_jax.verifiers.lean_acceptance import reported_axioms
+from compassplay_jax.verifiers.lean_acceptance import reported_declarations
 from compassplay_jax.verifiers.lean_acceptance import validate_conjecture
 from compassplay_jax.verifiers.lean_pool import PROJECT_DIR_ENV
 from compassplay_jax.verifiers.lean_pool import REPL_COMMAND_ENV
@@ -74,3 +75,28 @@ def test_conjecture_is_elaborated_with_sorry(pool):
   ok, _, statement = validate_conjecture("theorem c_1 (x : ℝ) (h : 0 < x) : 0 < x ^ 2 := by sorry")
   assert ok and elaborate_conjecture(pool, DEFAULT_HEADER, statement).ok
   assert not elaborate_conjecture(pool, DEFAULT_HEADER, "theorem c_2 : (1 : ℕ) = := by").ok
+
+
+def test_the_audit_lists_the_theorem_and_flags_an_injected_axiom(pool):
+  # lean_audit's #eval on real Lean: it must run without error and list what the command added.
+  body = "\n  exact Classical.em p"
+  result = pool.check(DEFAULT_HEADER, proof_command(EM, body))
+  assert not result.errors, result.messages
+  assert ("excluded_middle_demo", "theorem") in reported_declarations(EM, body, result)
+  injected = "\n  exact Classical.em p\n\naxiom cheat_demo : False"  # around the guard, straight to Lean
+  result = pool.check(DEFAULT_HEADER, proof_command(EM, injected))
+  assert ("cheat_demo", "axiom") in reported_declarations(EM, injected, result)
+  assert not accept_proof(EM, injected, result).ok
+
+
+def test_the_kernel_recheck_catches_a_proof_admitted_with_the_kernel_check_off(pool):
+  # A run_tac adds `<thm>.aux : False := True.intro` with debug.skipKernelTC, and the proof uses it:
+  # Lean reports no error and no axiom; the audit's kernel re-check of the copy fails.
+  statement = "theorem kernel_demo : False := by"
+  body = ("\n  set_option debug.skipKernelTC true in\n  run_tac do\n    Lean.addDecl (.thmDecl { name := "
+          "`kernel_demo.aux, levelParams := [], type := Lean.mkConst ``False, value := Lean.mkConst "
+          "``True.intro })\n  exact kernel_demo.aux")
+  result = pool.check(DEFAULT_HEADER, proof_command(statement, body))
+  audit_errors = [m for m in result.errors if "(kernel)" in m.data]
+  assert audit_errors, result.messages
+  assert not accept_proof(statement, body, result).ok

@@ -14,7 +14,7 @@ from compassplay_jax.rl.train_step import TrainConfig
 from compassplay_jax.sharding import MeshConfig
 
 # AZR's in-training validation set (docs/paper_settings.md §6.1); pass "all" or a list for the others.
-DEFAULT_BENCHMARKS = "cruxeval_i,cruxeval_o,livecodebench"
+DEFAULT_BENCHMARKS = "cruxeval_i,cruxeval_o,livecodebench_execution"
 
 
 def dataclass_fields(cls, names=None) -> dict:

@@ -2,7 +2,7 @@ r"""Evaluates checkpoints on the benchmarks and plots accuracy against step.
 
   python -m compassplay_jax.evaluate --config=configs/coding.py \
       --checkpoint=/runs/a/checkpoints/step_100,/runs/a/checkpoints/step_200 \
-      --benchmarks=cruxeval_i,cruxeval_o,livecodebench,math500
+      --benchmarks=cruxeval_i,cruxeval_o,livecodebench_execution,math500
 
 Outputs go to <workdir>/eval/step_<N>/ (see docs/evaluation.md). With --plot_runs=dir1,dir2 and no
 --checkpoint it only draws the history plot of existing runs (several runs = seeds: mean ± s.d.).

@@ -69,7 +69,8 @@ def get_config(arg: str = ""):
   # paper: greedy evaluation every 5 steps; its numbers average the 11 evaluations at steps 150-200,
   # the final quarter (design card; docs/experiments.md). AZR's test_freq is 10 (§5.4).
   config.eval.every_steps = 5
-  config.eval.benchmarks = "cruxeval_i,cruxeval_o,livecodebench,math500,amc23,gsm8k,minerva_math,olympiadbench"
+  config.eval.benchmarks = ("cruxeval_i,cruxeval_o,livecodebench_execution,"  # AZR validates on LCB-Execution (§6.1)
+                           "math500,amc23,gsm8k,minerva_math,olympiadbench")
 
   # ---- variants ------------------------------------------------------------------------------
   if variant == "demo":

@@ -7,6 +7,7 @@ served files are not the real ones, so most tests run the command with the pins 
 by the served files' sha256 (PIN_DRIVER), and one runs it with the real pins to see them refuse.
 """
 import base64
+import dataclasses
 import hashlib
 import json
 import os
@@ -45,6 +46,28 @@ def _lcb_row(qid, date, starter=""):
 def _math_row(uid, n):
   return {"problem": f"What is {n}+{n}?", "solution": f"It is $\\boxed{{{2 * n}}}$.", "answer": str(2 * n),
           "subject": "Algebra", "level": 1 + n % 5, "unique_id": uid}
+
+
+LCB_EXECUTION_ROWS = REPO / "tests" / "fixtures" / "eval" / "lcb_execution" / "test.jsonl"
+
+
+def lcb_execution_parquet() -> bytes:
+  """The hand-made LiveCodeBench-Execution rows as the Hub publishes them: a parquet file with
+  execution-v2's columns and types (question_id int64, problem_id list<int64>, contest_date timestamp[us])."""
+  pa = pytest.importorskip("pyarrow", reason="the fetch converts a parquet file with pyarrow (test extras)")
+  import datetime
+  import io
+  import pyarrow.parquet as pq
+  rows = [json.loads(l) for l in LCB_EXECUTION_ROWS.read_text().splitlines()]
+  schema = pa.schema([("question_id", pa.int64()), ("id", pa.string()), ("function_name", pa.string()),
+                      ("code", pa.string()), ("input", pa.string()), ("output", pa.string()),
+                      ("numsteps", pa.int64()), ("problem_id", pa.list_(pa.int64())), ("contest_id", pa.string()),
+                      ("contest_date", pa.timestamp("us")), ("difficulty", pa.string())])
+  for row in rows:
+    row["contest_date"] = datetime.datetime.fromisoformat(row["contest_date"])
+  buffer = io.BytesIO()
+  pq.write_table(pa.Table.from_pylist(rows, schema=schema), buffer)
+  return buffer.getvalue()
 
 
 def lfs_pointer(data: bytes) -> bytes:
@@ -97,6 +120,7 @@ def upstream_files() -> dict[str, bytes]:
                         _lcb_row("new", "2025-02-01T00:00:00")]
   for name, rows in lcb.items():
     hub(sources.LIVECODEBENCH, name, _jsonl(rows) if rows else _jsonl([_lcb_row(f"x_{name}", "2023-06-01")]))
+  hub(sources.LCB_EXECUTION, sources.LCB_EXECUTION_FILE, lcb_execution_parquet())
   workbook = [{"id": f"lean_workbook_{i}", "split": "lean_workbook",
                "formal_statement": f"theorem lean_workbook_{i} : (1 : ℕ) + {i} = {i} + 1 := by", "status": "open"}
               for i in range(1010)]
@@ -199,8 +223,12 @@ def test_fetch_all_converts_records_and_is_idempotent(fake_server, tmp_path):
   lcb = json.loads((data / "livecodebench/test_2408_2501.json").read_text())
   assert [p["question_id"] for p in lcb] == ["in_aug", "in_jan"]
   assert [t["input"] for t in lcb[0]["tests"]] == ["in_aug-pub", "in_aug-priv0", "in_aug-priv1"]
-  items = benchmarks.load_benchmark("livecodebench", data_dir=data)
+  items = benchmarks.load_benchmark("livecodebench_generation", data_dir=data)
   assert [len(i.tests) for i in items] == [3, 3]
+
+  # LiveCodeBench-Execution: the parquet rows as JSON lines, column for column (the fixture file itself).
+  assert (data / "lcb_execution/test.jsonl").read_bytes() == LCB_EXECUTION_ROWS.read_bytes()
+  assert manifest["files"]["lcb_execution/test.jsonl"]["sources"][0]["checked_against"] == "hub content hash"
 
   # Every benchmark loads through the project's loader from the fetched directory.
   for name in benchmarks.BENCHMARKS:
@@ -299,6 +327,15 @@ def test_an_unpinned_hub_file_is_checked_against_the_hubs_content_hash(fake_serv
   lines = result.stderr.strip().splitlines()
   assert result.returncode == 1 and len(lines) == 1, result.stderr
   assert "lean_workbook.json" in lines[0] and f"expected {blobs[0].name}" in lines[0]
+
+
+def test_a_set_whose_converter_needs_a_missing_package_says_so_before_downloading(tmp_path):
+  from compassplay_jax.data import fetch
+  dataset = dataclasses.replace(sources.DATASETS["lcb_execution"], requires=("compassplay_no_such_package",))
+  with pytest.raises(fetch.FetchError, match=r"^lcb_execution: converting it needs the python package\(s\) "
+                     r"compassplay_no_such_package \(pip install compassplay_no_such_package\)$"):
+    fetch.fetch_dataset(dataset, tmp_path, {"files": {}}, log=lambda _: None)
+  assert list(tmp_path.iterdir()) == []
 
 
 def test_lean_workbook_converter_reads_a_list_or_json_lines(tmp_path):

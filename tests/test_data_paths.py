@@ -72,7 +72,7 @@ def test_paper_coding_config_names_the_fetch_command_for_each_missing_file(tmp_p
   assert "\n" not in message
   expected = {"azr_seed/7b_coder_seed_io.jsonl": "azr_seed", "azr_seed/7b_coder_code_f_seed_io.jsonl": "azr_seed",
               "math/train.jsonl": "math", "cruxeval/cruxeval.jsonl": "cruxeval",
-              "livecodebench/test_2408_2501.json": "livecodebench", "math500/test.jsonl": "math500",
+              "lcb_execution/test.jsonl": "lcb_execution", "math500/test.jsonl": "math500",
               "amc23/test.jsonl": "amc23", "gsm8k/test.jsonl": "gsm8k", "minerva_math/test.jsonl": "minerva_math",
               "olympiadbench/test.jsonl": "olympiadbench"}
   for rel, name in expected.items():
@@ -112,7 +112,7 @@ def test_fresh_clone_stops_at_start_up_with_the_fetch_command(tmp_path):
   last = result.stderr.strip().splitlines()[-1]
   default = tmp_path / "home" / ".cache" / "compassplay" / "data"
   assert last.startswith(f"error: data files missing under {default}: ")
-  for name in ("azr_seed", "math", "cruxeval", "livecodebench"):
+  for name in ("azr_seed", "math", "cruxeval", "lcb_execution"):
     assert f"python -m compassplay_jax.data fetch {name})" in last
   assert "Get them all: python -m compassplay_jax.data fetch" in last
   assert not (tmp_path / "home" / ".cache" / "huggingface").exists()  # no model download was attempted
@@ -126,6 +126,9 @@ def test_paper_configs_pass_the_data_check_on_the_development_data(arg, capsys):
     pytest.skip(f"development data not found at {SHARED_DATA}")
   config = _config(arg)
   config.data_dir = str(SHARED_DATA)
+  lcb_execution = SHARED_DATA / benchmarks.LCB_EXECUTION
+  if arg == "coding" and not lcb_execution.exists():  # not in every copy: the fixture stands in
+    config.eval.paths = f"livecodebench_execution={REPO / 'tests/fixtures/eval' / benchmarks.LCB_EXECUTION}"
   if arg == "coding":
     gsm8k = SHARED_DATA / "gsm8k" / "test.jsonl"
     with pytest.raises(paths.DataIntegrityError) as e:
@@ -134,7 +137,7 @@ def test_paper_configs_pass_the_data_check_on_the_development_data(arg, capsys):
     assert "\n" not in message and message.count(" sha256 expected ") == 1 and str(gsm8k) in message
     assert f"expected {sources.output_sha256('gsm8k/test.jsonl')}" in message
     assert f"got {hashlib.sha256(gsm8k.read_bytes()).hexdigest()}" in message
-    config.eval.paths = f"gsm8k={gsm8k}"  # a file named by path is the user's choice: not checked
+    config.eval.paths = ",".join(filter(None, [config.eval.paths, f"gsm8k={gsm8k}"]))  # named by path: not checked
   data_checks.prepare_config(config)
   unchecked = capsys.readouterr().out
   if arg == "coding":
@@ -142,7 +145,8 @@ def test_paper_configs_pass_the_data_check_on_the_development_data(arg, capsys):
     assert pathlib.Path(config.reward.reference_path).is_file()
     assert config.eval.data_dir == str(SHARED_DATA)
     # Converted files that no fetch wrote here cannot be checked; the run says which.
-    assert "not checked: math/train.jsonl, livecodebench/test_2408_2501.json" in unchecked
+    expected = "math/train.jsonl" + (f", {benchmarks.LCB_EXECUTION}" if lcb_execution.exists() else "")
+    assert f"not checked: {expected}\n" in unchecked
   else:
     assert config.lean.targets_path == str(SHARED_DATA / "leanworkbook" / "leanworkbook_train_1k.jsonl")
   from compassplay_jax.selfplay import coding
@@ -173,7 +177,7 @@ def test_start_up_refuses_data_files_that_are_not_the_pinned_ones(tmp_path, caps
                                if sources.output_sha256(b.relpath))
   config.coding.seed_dir = str(tmp_path / "azr_seed")
   data_checks.prepare_config(config)
-  assert "not checked: math/train.jsonl, livecodebench/test_2408_2501.json" in capsys.readouterr().out
+  assert f"not checked: math/train.jsonl, {benchmarks.LCB_EXECUTION}\n" in capsys.readouterr().out
   # Once a fetch has recorded a converted file, an edit to it is refused, naming the manifest.
   config = _config("coding")
   config.data_dir, config.eval.every_steps = str(tmp_path), 0

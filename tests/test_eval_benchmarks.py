@@ -26,7 +26,7 @@ def test_cruxeval_gives_both_directions():
 
 
 def test_livecodebench_drops_shared_and_wrong_type_tests():
-  items = benchmarks.load_benchmark("livecodebench", FIXTURES)
+  items = benchmarks.load_benchmark("livecodebench_generation", FIXTURES)
   assert [len(i.tests) for i in items] == [2, 2, 2, 2]
   assert all(t.testtype == "stdin" for t in items[0].tests)
   assert all(t.testtype == "functional" for t in items[2].tests)
@@ -75,12 +75,39 @@ def test_last_boxed_handles_nesting_and_space_form():
 
 
 @pytest.mark.parametrize("name,count", [
-    ("cruxeval_o", 800), ("livecodebench", 279), ("math500", 500), ("amc23", 40), ("gsm8k", 1319),
+    ("cruxeval_o", 800), ("livecodebench_generation", 279), ("math500", 500), ("amc23", 40), ("gsm8k", 1319),
     ("minerva_math", 272), ("olympiadbench", 675), ("aime24", 30), ("aime25", 30)])
 def test_full_shared_files_load(shared_data, name, count):
   items = benchmarks.load_benchmark(name, shared_data)
   assert len(items) == count
-  if name == "livecodebench":
+  if name == "livecodebench_generation":
     # The copy appends 12 identical functional tests to all 279 problems; they must be gone.
     assert max(len(i.tests) for i in items) <= 6
     assert all(len({t.testtype for t in i.tests}) == 1 for i in items)
+
+
+def test_lcb_execution_rows_are_prepared_as_azr_prepares_them():
+  """process_code_reasoning_data.py (AZR): the called function renamed f, the input reduced to f's
+  argument list, imports the program uses put on top, typing's List written list."""
+  items = benchmarks.load_benchmark("livecodebench_execution", FIXTURES)
+  assert [i.item_id for i in items] == ["sample_0", "sample_1", "sample_2", "sample_3"]
+  assert items[1].code == "def f(details: list[str]) -> int:\n    return sum(int(d[11:13]) > 60 for d in details)"
+  assert items[1].input == "details = ['7868190130M7522', '5303914400F9211', '9273338290F4010']"
+  assert items[1].output == "2"
+  assert items[2].code.startswith("from collections import Counter\ndef f(s: str) -> str:")
+  assert items[3].code.startswith("from collections import defaultdict\ndef f(nums: list[int]) -> bool:")
+  program, args = benchmarks.azr_lcb_execution_program(
+      "def g(n: int) -> int:\n    return n\n\ndef main(a: Dict[int, int]) -> int:\n    return prod(a) + g(1)",
+      "main(a = {1: 2})", "row")
+  assert program == ("from math import prod\ndef g(n: int) -> int:\n    return n\n\n"
+                     "def f(a: dict[int, int]) -> int:\n    return prod(a) + g(1)")
+  assert args == "a = {1: 2}"
+  with pytest.raises(benchmarks.DataFormatError, match=r"^row: the function called in 'input' is not defined"):
+    benchmarks.azr_lcb_execution_program("def g(x):\n    return x", "h(x = 1)", "row")
+
+
+def test_the_old_livecodebench_name_says_what_replaced_it():
+  with pytest.raises(ValueError, match=r"'livecodebench' is now livecodebench_execution .* or livecodebench_generation"):
+    benchmarks.parse_benchmark_names("cruxeval_o,livecodebench")
+  assert benchmarks.BENCHMARKS["livecodebench_execution"].domain == benchmarks.IN_DOMAIN
+  assert benchmarks.BENCHMARKS["livecodebench_generation"].domain == benchmarks.EXTRA

@@ -76,7 +76,7 @@ def test_gold_is_not_in_the_job_that_runs_the_answer(pool):
   attacks = ["eval(__cp_gold_src)", "eval(__cp_src)",
              "[eval(v) for k, v in globals().items() if k.startswith('__cp') and type(v) is str][0]"]
   assert not any(_correct(code_check.check_cruxeval([out] * 3, attacks, pool)))
-  items = benchmarks.load_benchmark("livecodebench", FIXTURES)
+  items = benchmarks.load_benchmark("livecodebench_generation", FIXTURES)
   reader = ("import sys, json\nclass Solution:\n    def isPalindrome(self, word):\n"
             "        frame = sys._getframe(1)\n"
             "        texts = [v for v in frame.f_locals.values() if type(v) is str]\n"
@@ -96,14 +96,14 @@ def test_cruxeval_failures_say_why(pool):
 
 
 def test_livecodebench_fixture_oracle_scores_100(pool):
-  items = benchmarks.load_benchmark("livecodebench", FIXTURES)
+  items = benchmarks.load_benchmark("livecodebench_generation", FIXTURES)
   programs = [SOLUTIONS[str(k)] for k in range(len(items))]
   verdicts = code_check.check_livecodebench(items, programs, pool)
   assert _correct(verdicts) == [True] * len(items), [v.detail for v in verdicts]
 
 
 def test_livecodebench_wrong_programs_score_0(pool):
-  items = benchmarks.load_benchmark("livecodebench", FIXTURES)
+  items = benchmarks.load_benchmark("livecodebench_generation", FIXTURES)
   programs = [
       "n = int(input())\nprint(sum(map(int, input().split())) + 1)\n",  # Off by one.
       "print(input()[::-1])\n",  # Misses the second line.
@@ -118,7 +118,7 @@ def test_livecodebench_wrong_programs_score_0(pool):
 
 
 def test_livecodebench_functional_tuple_and_json_round_trip(pool):
-  items = benchmarks.load_benchmark("livecodebench", FIXTURES)
+  items = benchmarks.load_benchmark("livecodebench_generation", FIXTURES)
   as_tuple = "class Solution:\n    def topK(self, nums, k):\n        return tuple(sorted(nums, reverse=True)[:k])\n"
   cheat = ("class Solution:\n    def isPalindrome(self, word):\n"
            "        return type('T', (), {'__eq__': lambda s, o: True})()\n")
@@ -150,3 +150,37 @@ def test_full_cruxeval_oracle_and_corruption(shared_data, pool):
   confirm = pool.run_batch([sandbox.Job(code=inp[k].code, expr=f"repr(f({wrong_inputs[k]})) == {inp[k].output!r}")
                             for k in passed])
   assert [inp[k].item_id for k, r in zip(passed, confirm) if r.value_repr != "True"] == []
+
+
+# ---- LiveCodeBench-Execution: checked like CRUXEval-O (and, for AZR's `_i` variant, like CRUXEval-I) ----
+
+def test_lcb_execution_fixture_oracle_and_corruption(pool):
+  """Hand-made rows (outputs worked out by hand): the gold outputs pass, other rows' outputs fail; the
+  AZR-prepared program (renamed f, imports added) called on the row's input gives its output."""
+  out = benchmarks.load_benchmark("livecodebench_execution", FIXTURES)
+  inp = benchmarks.load_benchmark("livecodebench_execution_i", FIXTURES)
+  assert {i.kind for i in out} == {"cruxeval_o"} and {i.kind for i in inp} == {"cruxeval_i"}
+  assert _correct(code_check.check_cruxeval(out, [i.output for i in out], pool)) == [True] * 4
+  assert _correct(code_check.check_cruxeval(out, _shifted(out, "output"), pool)) == [False] * 4
+  assert _correct(code_check.check_cruxeval(inp, [i.input for i in inp], pool)) == [True] * 4
+  assert _correct(code_check.check_cruxeval(inp, _shifted(inp, "input"), pool)) == [False] * 4
+  # Type-strict as CRUXEval-O: the count 2 is not 2.0 or True; the string 'a' is not the name a.
+  attempts = {"2": True, "2.0": False, "True": False, "'2'": False}
+  assert dict(zip(attempts, _correct(code_check.check_cruxeval([out[1]] * 4, list(attempts), pool)))) == attempts
+  assert _correct(code_check.check_cruxeval([out[2]] * 2, ["'a'", "a"], pool)) == [True, False]
+
+
+@pytest.mark.slow
+def test_full_lcb_execution_oracle(shared_data, pool):
+  """Every fetched row: its gold output passes -O, and the prepared program on its input gives the gold
+  output (-I), so AZR's preparation (renaming, imports, typing names) kept every program's meaning."""
+  from tests.conftest import shared_file
+  shared_file(benchmarks.LCB_EXECUTION)
+  out = benchmarks.load_benchmark("livecodebench_execution", shared_data)
+  inp = benchmarks.load_benchmark("livecodebench_execution_i", shared_data)
+  assert len(out) == len(inp) == 479
+  assert [i.item_id for i, v in zip(out, code_check.check_cruxeval(out, [i.output for i in out], pool))
+          if not v.correct] == []
+  assert [i.item_id for i, v in zip(inp, code_check.check_cruxeval(inp, [i.input for i in inp], pool))
+          if not v.correct] == []
+  assert not any(_correct(code_check.check_cruxeval(out, _shifted(out, "output"), pool)))

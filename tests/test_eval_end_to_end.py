@@ -21,5 +21,5 @@ def test_tiny_model_end_to_end(tmp_path):
   out = tmp_path / "eval" / "step_0"
   results = json.loads((out / "results.json").read_text())
   assert set(results["benchmarks"]) == set(harness.load_items(eval_cfg))
-  assert len((out / "predictions.jsonl").read_text().splitlines()) == 30
+  assert len((out / "predictions.jsonl").read_text().splitlines()) == 3 * len(results["benchmarks"]) == 36
   assert (out / "results.md").exists() and png.exists()

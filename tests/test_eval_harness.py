@@ -57,7 +57,7 @@ def test_evaluate_writes_table_predictions_and_plot(tmp_path):
   results = json.loads((out / "results.json").read_text())
   assert results["in_domain_mean"] == 1.0 and results["out_of_domain_mean"] == 1.0
   rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
-  assert len(rows) == 30 and all(r["correct"] for r in rows)
+  assert len(rows) == 3 * len(items) == 36 and all(r["correct"] for r in rows)
   assert {"benchmark", "id", "prompt", "completion", "extracted", "gold", "detail"} <= set(rows[0])
   assert "| **in domain mean** | in_domain | **100.0** |" in (out / "results.md").read_text()
   from compassplay_jax.evals import report  # pylint: disable=g-import-not-at-top

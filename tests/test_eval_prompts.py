@@ -30,9 +30,19 @@ def test_azr_code_prompts_start_inside_think():
   assert text.endswith("Assistant: <think>")
   text_i = prompts.build_prompt(_item("cruxeval_i"), "azr")
   assert "# Output:\n```output\n[3, 2, 1]\n```" in text_i and text_i.endswith("Assistant: <think>")
-  lcb = prompts.build_prompt(_item("livecodebench", 2), "azr")
+  lcb = prompts.build_prompt(_item("livecodebench_generation", 2), "azr")
   assert "```python\nclass Solution:" in lcb and "### Answer:" in lcb
-  assert "Read the inputs from stdin" in prompts.build_prompt(_item("livecodebench", 0), "azr")
+  assert "Read the inputs from stdin" in prompts.build_prompt(_item("livecodebench_generation", 0), "azr")
+
+
+def test_lcb_execution_uses_azrs_deduction_prompt_on_the_prepared_program():
+  text = prompts.build_prompt(_item("livecodebench_execution", 1), "azr")
+  assert "# Task: Deduce the Output of a Python Code Snippet" in text and text.endswith("Assistant: <think>")
+  assert "```python\ndef f(details: list[str]) -> int:" in text
+  assert "```input\ndetails = ['7868190130M7522', '5303914400F9211', '9273338290F4010']\n```" in text
+  assert "countSeniors" not in text and "\n2\n" not in text  # neither the original name nor the gold output
+  abduction = prompts.build_prompt(_item("livecodebench_execution_i", 1), "azr")
+  assert "# Task: Provide One Possible Input" in abduction and "```output\n2\n```" in abduction
 
 
 def test_math_templates_differ_per_style():

@@ -69,6 +69,28 @@ def copy_jsonl_files(mapping: Mapping[str, str], required: Iterable[str]) -> Con
   return convert
 
 
+def parquet_to_jsonl(upstream: str, output: str, required: Iterable[str]) -> Converter:
+  """A Hub parquet file -> one JSON object per row (columns in file order; timestamps as ISO 8601 text).
+  Needs pyarrow, which only this converter uses (the fetch checks DataSet.requires before downloading)."""
+  required = tuple(required)
+
+  def convert(raw: Raw) -> dict[str, str | bytes]:
+    import pyarrow.parquet  # pylint: disable=g-import-not-at-top
+    try:
+      rows = pyarrow.parquet.read_table(raw[upstream]).to_pylist()
+    except pyarrow.ArrowException as e:
+      raise ConvertError(f"{upstream}: not a readable parquet file ({e})") from None
+    if not rows:
+      raise ConvertError(f"{upstream}: no rows")
+    for index, row in enumerate(rows):
+      missing = [k for k in required if k not in row]
+      if missing:
+        raise ConvertError(f"{upstream}: row {index}: missing column(s) {missing}")
+    return {output: to_jsonl([{k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in row.items()}
+                              for row in rows])}
+  return convert
+
+
 # ---- MATH (PRM800K's math_splits: the 12,000 / 500 re-split of Hendrycks et al.'s MATH) -------------
 
 def _math_level(level) -> str:

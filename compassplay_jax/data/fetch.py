@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import importlib.util
 import json
 import os
 import pathlib
@@ -224,6 +225,10 @@ def fetch_dataset(dataset: DataSet, directory: pathlib.Path, manifest: dict, *, 
     note = "" if all(s == "ok" for s in statuses.values()) else " (present; neither pinned nor fetched by this tool, not checked)"
     log(f"{dataset.name}: up to date{note}")
     return False
+  missing = [m for m in dataset.requires if importlib.util.find_spec(m) is None]
+  if missing:
+    raise FetchError(f"{dataset.name}: converting it needs the python package(s) {', '.join(missing)} "
+                     f"(pip install {' '.join(missing)})")
   with tempfile.TemporaryDirectory(prefix=f"compassplay_{dataset.name}_") as tmp:
     raw, sources = {}, []
     for index, upstream in enumerate(dataset.inputs):

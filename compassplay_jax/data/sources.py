@@ -47,6 +47,7 @@ class DataSet:
   # sha256 of output files whose bytes are known here (byte-for-byte copies: the upstream file's pin).
   # Outputs not listed are converted from pinned inputs; the manifest records what the fetch wrote.
   output_sha256: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  requires: tuple[str, ...] = ()  # python packages its converter needs beyond the run-time ones
 
 # Pinned revisions. GitHub: commits of the upstream repositories. Hub: dataset repo commits.
 AZR = ("LeapLabTHU/Absolute-Zero-Reasoner", "41ed983cdf541cfcd2f963f33c055d50074f3c90")  # `paper` branch
@@ -60,6 +61,12 @@ LEAN_WORKBOOK = ("internlm/Lean-Workbook", "4db66c03298bb5a20b5b1e1923d8f42051a4
 # The commit is "add v6", the first with a v6 file; test3..test5 are unchanged since their releases.
 LIVECODEBENCH = ("livecodebench/code_generation_lite", "503416f80ac447d31f252d8434023786ce45dd0c")
 LCB_FILES = ("test3.jsonl", "test4.jsonl", "test5.jsonl")
+# LiveCodeBench-Execution v2 (479 rows): "Update README.md", the commit after the two "Upload dataset"
+# commits that wrote data/test-00000-of-00001.parquet (unchanged since). AZR's in-training validation
+# read the first release, livecodebench/execution (the same 479 rows, fewer columns); its vendored
+# lcb_runner reads this one (lcb_runner/benchmarks/code_execution.py:60).
+LCB_EXECUTION = ("livecodebench/execution-v2", "e3bbac6d5da0043c4a0b4e4f4b678f1f6497cc86")
+LCB_EXECUTION_FILE = "data/test-00000-of-00001.parquet"
 
 AZR_MATH_EVAL = "evaluation/math_eval/eval/data"
 PRM_TRAIN, PRM_TEST = "prm800k/math_splits/train.jsonl", "prm800k/math_splits/test.jsonl"
@@ -90,9 +97,10 @@ SHA256 = {
     (LIVECODEBENCH[0], "test3.jsonl"): "28ed26cc83363ce3f1fe2d5fad9f8393077beb1907b167a31bd3b32f80801b79",
     (LIVECODEBENCH[0], "test4.jsonl"): "d711138ddaebfcf5f8ec6a4283ee677298c0f5c5d374a235af92aaf0584510da",
     (LIVECODEBENCH[0], "test5.jsonl"): "7f77571c2a6df0c2a72a3277650309f67e01e0008e18117e624633df53f81214",
-    # internlm/Lean-Workbook lean_workbook.json: no copy or page of it could be read where these pins were
-    # written, so it has none; its download is checked against the content hash the Hub names for it at
-    # the pinned commit (the pointer in that commit's tree).
+    # internlm/Lean-Workbook lean_workbook.json and livecodebench/execution-v2's parquet file: no copy or
+    # page of them could be read where these pins were written, so they have none; their downloads are
+    # checked against the content hash the Hub names for them at the pinned commit (the pointer in that
+    # commit's tree).
 }
 
 
@@ -143,6 +151,11 @@ DATASETS: dict[str, DataSet] = {d.name: d for d in [
     DataSet("livecodebench", "LiveCodeBench code generation, problems dated 2024-08-01 .. 2025-01-31", "CC-BY-4.0",
             tuple(_hub(LIVECODEBENCH, f) for f in LCB_FILES), ("livecodebench/test_2408_2501.json",),
             convert.convert_livecodebench(LCB_FILES, "livecodebench/test_2408_2501.json", "2024-08-01", "2025-02-01")),
+    DataSet("lcb_execution", "LiveCodeBench-Execution: 479 Python functions with an input and the output",
+            "LicenseRef-cc", (_hub(LCB_EXECUTION, LCB_EXECUTION_FILE),), ("lcb_execution/test.jsonl",),
+            convert.parquet_to_jsonl(LCB_EXECUTION_FILE, "lcb_execution/test.jsonl",
+                                     ("id", "function_name", "code", "input", "output")),
+            requires=("pyarrow",)),
     DataSet("azr_seed", "Absolute Zero Reasoner's seed task buffers for Qwen2.5-Coder-7B", "MIT",
             tuple(_github(AZR, up) for up in _AZR_SEEDS), tuple(_AZR_SEEDS.values()),
             convert.copy_jsonl_files(_AZR_SEEDS, ("snippet",)),

@@ -2,8 +2,8 @@
 
 Every loader reads a local file (nothing is downloaded here) and returns a list of `EvalItem`s. The files
 live in the data directory, laid out and converted by `python -m compassplay_jax.data fetch` (docs/data.md):
-CRUXEval jsonl, a LiveCodeBench json list, and the math jsonl files, whose question and answer fields differ
-per set.
+CRUXEval jsonl, LiveCodeBench-Execution jsonl, a LiveCodeBench code-generation json list, and the math jsonl
+files, whose question and answer fields differ per set.
 """
 import dataclasses
 import json
@@ -35,7 +35,7 @@ class EvalItem:
   """One benchmark question with what is needed to check an answer to it."""
   benchmark: str
   item_id: str
-  kind: str  # "cruxeval_o", "cruxeval_i", "lcb" or "math".
+  kind: str  # "cruxeval_o", "cruxeval_i" (CRUXEval, LCB-Execution), "lcb" (code generation) or "math".
   question: str = ""  # Problem text (math, LiveCodeBench).
   code: str = ""  # CRUXEval program defining f.
   input: str = ""  # CRUXEval gold input (argument list source).
@@ -176,6 +176,62 @@ def load_livecodebench(name: str, path: pathlib.Path) -> list[EvalItem]:
   return items
 
 
+# ---- LiveCodeBench-Execution (livecodebench/execution-v2), prepared as AZR prepares it ------------------
+# AZR's in-training validation reads these rows through process_livecodebench_execution and add_imports
+# (absolute_zero_reasoner/data_construction/process_code_reasoning_data.py:13-39 and :42-78, paper branch
+# 41ed983; Absolute Zero Reasoner, MIT licence, Copyright (c) 2025 LeapLab): the called function is renamed
+# f, the input loses its "name(" ... ")" so it is f's argument list, and imports the program needs are
+# put on top, with typing's List/Dict/Tuple/Set written as the builtins. AZR also formats the program
+# with black first (format_python_code); that step is left out here (black is not a dependency).
+
+_AZR_IMPORTS = (  # (condition on the program text, import line), in AZR's order (each is put on top)
+    (lambda p: "collections" in p, "import collections"),
+    (lambda p: "Counter" in p, "from collections import Counter"),
+    (lambda p: "gcd" in p, "from math import gcd"),
+    (lambda p: "deque" in p, "from collections import deque"),
+    (lambda p: "@cache" in p, "from functools import cache"),
+    (lambda p: "= inf" in p or "[inf]" in p or "inf)" in p, "from math import inf"),
+    (lambda p: "accumulate" in p, "from itertools import accumulate"),
+    (lambda p: "@lru_cache" in p, "from functools import lru_cache"),
+    (lambda p: "defaultdict" in p, "from collections import defaultdict"),
+    (lambda p: "bisect" in p, "import bisect"),
+    (lambda p: "islice" in p, "from itertools import islice"),
+    (lambda p: "math.inf" in p, "import math"),
+    (lambda p: "prod(" in p, "from math import prod"),
+    (lambda p: "heapify(" in p, "from heapq import heapify, heappop, heappush"),
+    (lambda p: "reduce(" in p, "from functools import reduce"),
+    (lambda p: "comb(" in p, "from math import comb"),
+)
+
+
+def azr_lcb_execution_program(code: str, call: str, where: str) -> tuple[str, str]:
+  """(program defining f, f's argument list) from an LCB-Execution row's `code` and `input` (a call)."""
+  defined = re.findall(r"def\s+(\w+)\s*\(", code)
+  called = re.search(r"(\w+)\(", call)
+  if not defined or not called or called.group(1) not in defined:
+    raise DataFormatError(f"{where}: the function called in 'input' is not defined in 'code'")
+  program = re.sub(r"def\s+" + re.escape(called.group(1)) + r"\s*\(", "def f(", code)
+  args = re.sub(r"^\w+\s*\(|\)$", "", call).strip()
+  for needed, line in _AZR_IMPORTS:
+    if needed(program):
+      program = f"{line}\n{program}"
+  program = program.replace("List", "list").replace("Dict", "dict").replace("Tuple", "tuple").replace("Set", "set")
+  return program.replace("from typing import list", "from typing import List"), args
+
+
+def load_lcb_execution(name: str, path: pathlib.Path) -> list[EvalItem]:
+  """LiveCodeBench-Execution: predict f's output on the input (like CRUXEval-O), or, for AZR's in-training
+  variant (`..._i`), an input giving the output (like CRUXEval-I)."""
+  kind = "cruxeval_i" if name.endswith("_i") else "cruxeval_o"
+  items = []
+  for lineno, row in _read_jsonl(path):
+    program, args = azr_lcb_execution_program(str(_field(path, lineno, row, "code")),
+                                              str(_field(path, lineno, row, "input")), f"{path}:{lineno}")
+    items.append(EvalItem(benchmark=name, kind=kind, item_id=str(_field(path, lineno, row, "id")),
+                          code=program, input=args, output=str(_field(path, lineno, row, "output"))))
+  return items
+
+
 def _math_loader(question_keys, answer_fn):
   """Builds a loader for one math jsonl layout; `answer_fn(path, lineno, row)` gives the gold string."""
   def load(name: str, path: pathlib.Path) -> list[EvalItem]:
@@ -216,11 +272,17 @@ def _olympiad_answer(path, lineno, row):
   return ",".join(str(a).replace("$", "").strip() for a in answers)
 
 
+LCB_EXECUTION = "lcb_execution/test.jsonl"
+
 BENCHMARKS: dict[str, BenchmarkSpec] = {
     spec.name: spec for spec in [
         BenchmarkSpec("cruxeval_i", "CRUXEval-I", "cruxeval/cruxeval.jsonl", IN_DOMAIN, load_cruxeval),
         BenchmarkSpec("cruxeval_o", "CRUXEval-O", "cruxeval/cruxeval.jsonl", IN_DOMAIN, load_cruxeval),
-        BenchmarkSpec("livecodebench", "LiveCodeBench", "livecodebench/test_2408_2501.json", IN_DOMAIN,
+        # AZR's in-domain "LCB": LiveCodeBench-Execution, the output predicted (docs/evaluation.md).
+        BenchmarkSpec("livecodebench_execution", "LCB-Execution", LCB_EXECUTION, IN_DOMAIN, load_lcb_execution),
+        # The same rows posed as AZR's in-training validation poses them: an input to find (code_i).
+        BenchmarkSpec("livecodebench_execution_i", "LCB-Execution-I", LCB_EXECUTION, EXTRA, load_lcb_execution),
+        BenchmarkSpec("livecodebench_generation", "LCB-Generation", "livecodebench/test_2408_2501.json", EXTRA,
                       load_livecodebench),
         BenchmarkSpec("math500", "MATH500", "math500/test.jsonl", OUT_OF_DOMAIN,
                       _math_loader(("problem",), _plain_answer)),
@@ -247,9 +309,20 @@ def parse_benchmark_names(benchmarks) -> list[str]:
   if names == ["all"]:
     return list(BENCHMARKS)
   for name in names:
-    if name not in BENCHMARKS:
-      raise ValueError(f"eval.benchmarks: unknown benchmark {name!r} (known: {', '.join(BENCHMARKS)})")
+    _check_name(name)
   return names
+
+
+# Names that no longer exist -> what to use instead.
+RENAMED = {"livecodebench": "livecodebench_execution (AZR's in-domain LCB) or livecodebench_generation "
+                            "(code generation, 2024-08..2025-01)"}
+
+
+def _check_name(name: str) -> None:
+  if name in RENAMED:
+    raise ValueError(f"eval.benchmarks: {name!r} is now {RENAMED[name]}")
+  if name not in BENCHMARKS:
+    raise ValueError(f"eval.benchmarks: unknown benchmark {name!r} (known: {', '.join(BENCHMARKS)})")
 
 
 def resolve_data_dir(data_dir) -> pathlib.Path:
@@ -274,8 +347,7 @@ def subsample(items: list[EvalItem], limit: int, seed: int) -> list[EvalItem]:
 def load_benchmark(name: str, data_dir="", path=None, limit: int = 0,
                    seed: int = 0) -> list[EvalItem]:
   """Loads one benchmark from `path` (or its default file under `data_dir`), then subsamples it."""
-  if name not in BENCHMARKS:
-    raise ValueError(f"eval.benchmarks: unknown benchmark {name!r} (known: {', '.join(BENCHMARKS)})")
+  _check_name(name)
   spec = BENCHMARKS[name]
   directory = None if path else resolve_data_dir(data_dir)
   file_path = pathlib.Path(path) if path else directory / spec.relpath

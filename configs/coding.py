@@ -129,6 +129,12 @@ def _demo(config):
   config.reward.micro_batch_size = 4
   config.checkpoint.every_steps = 1
   config.eval.every_steps = 0  # evaluation off in the demo (run compassplay_jax.evaluate separately)
+  # compassplay_jax.evaluate with these defaults finishes in about a minute on 2 CPU cores (4 CRUXEval-O
+  # items, 64 new tokens); SmolLM2 scores 0 there (no <answer> tags; docs/demo.md "Evaluating the demo").
+  config.eval.benchmarks = "cruxeval_o"
+  config.eval.limit = 4
+  config.eval.max_new_tokens = 64
+  config.eval.batch_size = 4
   config.sandbox.num_workers = 2
 
 

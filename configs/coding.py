@@ -39,7 +39,9 @@ def get_config(arg: str = ""):
   c.buffer_cap = 16384  # AZR: max_programs = 16384, keeps the oldest (§5.4)
   c.seed_dir = "data:azr_seed"  # AZR's released seed buffers (fetch azr_seed); "" = identity-program bootstrap
   c.seed_limit = 256  # AZR: 256 seed triplets for 7B coder (§5.4)
-  c.prompt_style = "plain"  # AZR: the R1 template as plain text, ending "Assistant: <think>" (§1.1)
+  # AZR: the R1 template as plain text, ending "Assistant: <think>" (§1.1), around AZR's own proposer and
+  # solver prompts, verbatim (domains/coding/azr_prompts.py; docs/coding_tasks.md "Prompts").
+  c.prompt_style = "plain"
 
   s = config.sampling
   s.temperature = 1.0  # AZR: T = 1.0, top_p = 1, top_k = -1 (§5.4)

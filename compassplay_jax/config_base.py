@@ -117,6 +117,9 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.reward.micro_batch_size = 8  # reference-gradient and fused-pass micro-batch
   config.reward.reference_path = ""
   config.reward.reference_size = 32
+  # Draws the reference set (reference_size problems of reference_path) once for every run: not the run
+  # seed, so seeds 0, 1, 2 share the same problems (docs/data.md; the run's summary.json states it).
+  config.reward.reference_seed = 0
   # What g(x̃) is compared with (coding): "external" = the reference set above, one g_ref for all;
   # "local" = per seed program, the solver's verified solution of the seed task the proposer was
   # conditioned on (Lean's reference; docs/coding_tasks.md "Local reference"). Lean is always local.

@@ -229,6 +229,11 @@ def test_run_prints_backend_and_devices_at_start_up(tmp_path):
                           text=True, timeout=600)
   assert result.returncode == 0, result.stderr[-2000:]
   assert "[compassplay] backend cpu: 1 device (cpu)" in result.stdout.splitlines()
+  # The run's summary states its reference set: drawn by reward.reference_seed, not the run seed.
+  from compassplay_jax.domains.coding import reference_set
+  stated = json.loads((tmp_path / "summary.json").read_text())["reference_set"]
+  expected = reference_set.load_reference_set("builtin:math_mini", stated["size"], 0)
+  assert stated == {"path": "builtin:math_mini", "size": 2, "seed": 0, "fingerprint": reference_set.fingerprint(expected)}
 
 
 def test_every_fetched_file_has_a_project_loader_to_read_it_back():

@@ -36,7 +36,7 @@ from compassplay_jax.rewards import novelty
 from compassplay_jax.selfplay import alignment, compact_prompts, rollout, sequences, soar_measure, summary
 from compassplay_jax.selfplay import local_reference
 from compassplay_jax.selfplay import step as step_lib
-from compassplay_jax.domains.coding.reference_set import load_reference_set
+from compassplay_jax.domains.coding.reference_set import load_reference_set, reference_problems
 from compassplay_jax.selfplay.rollout import Row, reward_config, split_key
 
 BUILTIN = "builtin:"
@@ -100,7 +100,7 @@ def validate_config(config) -> None:
   if config.reward.reference not in local_reference.REFERENCES:
     raise ConfigError(f"config.reward.reference: {config.reward.reference!r} is not one of {local_reference.REFERENCES}")
   if config.reward.name in COS_REWARDS and config.reward.reference == local_reference.EXTERNAL:
-    load_reference_set(config.reward.reference_path, config.reward.reference_size, config.seed)
+    reference_problems(config.reward)
   if config.reward.name == soar_measure.NAME:
     _soar_heldout_set(config)
 
@@ -109,7 +109,7 @@ def _soar_heldout_set(config):
   """SOAR's held-out problems: reward.soar_heldout_path / _size, defaulting to the reference set's."""
   r = config.reward
   return load_reference_set(r.soar_heldout_path or r.reference_path, r.soar_heldout_size or r.reference_size,
-                            config.seed)
+                            r.reference_seed)
 
 
 class CodingSelfPlay:
@@ -138,7 +138,7 @@ class CodingSelfPlay:
     # reward.reference = "local": g_ref per seed program (selfplay/local_reference.py), no reference set.
     self.local = config.reward.reference == local_reference.LOCAL
     if config.reward.name in COS_REWARDS and not self.local:
-      problems = load_reference_set(config.reward.reference_path, config.reward.reference_size, config.seed)
+      problems = reference_problems(config.reward)
       self.reference = alignment.pack_reference(
           tokenizer, [render(tokenizer, p.problem, self.style) for p in problems],
           [p.solution for p in problems], max_len=config.sampling.max_prompt_tokens + config.reward.max_completion_tokens)

@@ -68,6 +68,9 @@ def run(config, workdir: pathlib.Path) -> dict:
     session.close()
   summary = {"steps": config.steps, "resumed_from": start, "wall_s": round(time.time() - t_start, 1),
              "workdir": str(workdir), "last_metrics": {k: v for k, v in metrics.items() if not isinstance(v, list)}}
+  if config.setting == "coding" and config.reward.reference_path:  # drawn by reward.reference_seed, not the run seed
+    from compassplay_jax.domains.coding import reference_set
+    summary["reference_set"] = reference_set.describe(config.reward)
   from compassplay_jax import distributed
   distributed.write_text(workdir / "summary.json", json.dumps(summary, indent=2, default=float))
   print(_final_summary(summary), flush=True)

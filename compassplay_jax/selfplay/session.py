@@ -158,9 +158,9 @@ class Session:
       return self._own_reference
     if reference is None and self.config.setting == "coding":
       from compassplay_jax.selfplay import alignment, coding
-      from compassplay_jax.domains.coding.reference_set import load_reference_set
+      from compassplay_jax.domains.coding.reference_set import reference_problems
       r = self.config.reward
-      problems = load_reference_set(r.reference_path, r.reference_size, self.config.seed)
+      problems = reference_problems(r)
       # Kept here, not on the setting: a setting with a reference set scores cosines against it.
       reference = self._own_reference = alignment.pack_reference(
           self.tokenizer, [coding.render(self.tokenizer, p.problem, self.setting.style) for p in problems],

@@ -2,10 +2,14 @@
 
 The reference gradient g_ref is the gradient of the mean token cross-entropy of these solutions
 (given their problem as the prompt) at the current parameters. The proposer never sees them.
+
+A run's set is drawn once, by reward.reference_seed (default 0), not by the run seed: runs with seeds
+0, 1, 2 share the same problems, so their cosines are measured against the same reference.
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib.resources
 import pathlib
 import random
@@ -60,3 +64,24 @@ def load_reference_set(path: str, size: int, seed: int) -> list[ReferenceProblem
   if size > len(problems):
     raise ReferenceSetError(f"{path}: asked for {size} reference problems, the file has {len(problems)}")
   return random.Random(seed).sample(problems, size)
+
+
+def reference_problems(reward) -> list[ReferenceProblem]:
+  """The run's reference set: reward.reference_size problems of reward.reference_path, drawn with
+  reward.reference_seed (independent of the run seed)."""
+  return load_reference_set(reward.reference_path, reward.reference_size, reward.reference_seed)
+
+
+def fingerprint(problems) -> str:
+  """A short sha256 of the problems and gold solutions, in order (equal sets, equal fingerprints)."""
+  digest = hashlib.sha256()
+  for p in problems:
+    digest.update(p.problem.encode() + b"\0" + p.solution.encode() + b"\0")
+  return digest.hexdigest()[:16]
+
+
+def describe(reward) -> dict:
+  """What a run's summary states about its reference set: where it is drawn from, how, and a fingerprint."""
+  problems = reference_problems(reward)
+  return {"path": str(reward.reference_path), "size": len(problems), "seed": int(reward.reference_seed),
+          "fingerprint": fingerprint(problems)}

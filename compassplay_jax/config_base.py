@@ -191,6 +191,15 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.lean.timeout_s = 60.0
   config.lean.memory_limit_mb = 8192
   config.lean.max_checks_per_process = 200
+  # Who checks proofs (verifiers/lean_checker.py): "local" = REPL processes here (command, cwd);
+  # "kimina" = a kimina-lean-server whose URL and API key are read from these environment variables.
+  config.lean.checker = "local"
+  config.lean.kimina_url_env = "COMPASSPLAY_KIMINA_URL"
+  config.lean.kimina_key_env = "COMPASSPLAY_KIMINA_API_KEY"
+  config.lean.kimina_batch_size = 8  # snippets per request (the server checks them in parallel)
+  config.lean.kimina_retries = 3  # a failed request is re-sent this often, then its proofs are system errors
+  config.lean.kimina_backoff_s = 1.0  # first wait before a retry; doubles each time
+  config.lean.kimina_request_timeout_s = 0.0  # 0 = timeout_s x kimina_batch_size + 60
   config.lean.prefill_proof = False  # start the prover's turn with the statement's code block
   config.lean.solver_band_max = 0.5  # REINFORCE-1/2: train on problems with 0 < s <= 0.5
   return config

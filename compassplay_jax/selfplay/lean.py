@@ -45,7 +45,7 @@ from compassplay_jax.selfplay import step as step_lib
 from compassplay_jax.domains.coding.reference_set import resolve_path
 from compassplay_jax.selfplay.rollout import Row, reward_config
 from compassplay_jax.verifiers.lean_acceptance import check_proofs, validate_conjecture
-from compassplay_jax.verifiers.lean_repl import check_repl_command
+from compassplay_jax.verifiers.lean_checker import check_checker_config, make_checker
 
 COS_REWARDS = ("compassplay_cos", "compassplay_cos_novelty")
 PROPOSER_ADVANTAGES = ("floored_baseline", "sgs_minmax")
@@ -98,7 +98,7 @@ def validate_config(config) -> None:
     if l[name] < 1:
       raise ConfigError(f"config.lean.{name}: must be >= 1, got {l[name]}")
   _targets(config)
-  check_repl_command(config.lean.command.split(), config.lean.cwd or None)
+  check_checker_config(config.lean)
 
 
 class LeanSelfPlay:
@@ -111,16 +111,13 @@ class LeanSelfPlay:
   PHASES = ("generate", "lean", "reward")
 
   def __init__(self, config, tokenizer, sampler=None, *, engine=None):
-    from compassplay_jax.verifiers.lean_pool import LeanReplPool
     validate_config(config)
     self.config, self.tokenizer, self.engine = config, tokenizer, engine
     self._sampler = sampler or rollout.sample
     self.targets = _targets(config)
     self.by_name = {t.name: t for t in self.targets}
     l = config.lean
-    self.pool = LeanReplPool(command=l.command.split(), cwd=l.cwd or None, num_workers=l.num_workers,
-                             timeout_s=l.timeout_s, memory_limit_mb=l.memory_limit_mb,
-                             max_checks_per_process=l.max_checks_per_process)
+    self.pool = make_checker(l)  # config.lean.checker: local REPL pool or kimina-lean-server
     names = [t.name for t in self.targets]
     self.coverage = Coverage(names)
     self.seeds = SeedPool(names)

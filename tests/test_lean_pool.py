@@ -172,10 +172,12 @@ def test_unknown_environment_is_a_repl_error():
 def test_missing_command_fails_at_start_with_setup_steps(tmp_path):
   with pytest.raises(LeanSetupError) as info:
     LeanReplPool(command=("no-such-lean-repl-binary", "--x"))
-  message = str(info.value)
-  assert "'no-such-lean-repl-binary' not found" in message
-  assert "elan" in message and "lake build" in message and "docs/lean.md" in message
-  with pytest.raises(LeanSetupError, match="does not exist"):
+  first_line, *steps = str(info.value).splitlines()
+  assert first_line == ("Lean REPL command 'no-such-lean-repl-binary' not found (command "
+                        "['no-such-lean-repl-binary', '--x'], cwd None): set up Lean with "
+                        "`bash scripts/setup_lean.sh`.")
+  assert "elan" in "\n".join(steps) and "docs/lean.md" in "\n".join(steps)
+  with pytest.raises(LeanSetupError, match="does not exist .*: set up Lean with `bash scripts/setup_lean.sh`"):
     LeanReplPool(command=fake_command(), cwd=str(tmp_path / "missing"))
 
 

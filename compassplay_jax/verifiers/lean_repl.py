@@ -43,18 +43,16 @@ _LIMIT_AND_EXEC = (
     "  resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
     "os.execvp(sys.argv[2], sys.argv[2:])\n")
 
-SETUP_STEPS = """\
-To check Lean proofs you need a Lean 4 REPL and a Mathlib project (details: docs/lean.md):
-  1. install elan:
-       curl https://elan.lean-lang.org/elan-init.sh -sSf | sh
-  2. build the REPL:
-       git clone https://github.com/leanprover-community/repl && cd repl && lake build
-  3. a Mathlib project on the same Lean version:
-       git clone https://github.com/leanprover-community/mathlib4 && cd mathlib4
-       lake exe cache get && lake build
-  4. point the pool at them:
-       LeanReplPool(command=("lake", "env", "/abs/repl/.lake/build/bin/repl"), cwd="/abs/mathlib4")
-     or set COMPASSPLAY_LEAN_REPL and COMPASSPLAY_LEAN_PROJECT and use LeanReplPool.from_env()."""
+SETUP_SCRIPT = "bash scripts/setup_lean.sh"
+SETUP_STEPS = f"""\
+To check Lean proofs you need a Lean 4 REPL and a Mathlib project (docs/lean.md §1):
+  1. {SETUP_SCRIPT} [--dir DIR]
+     installs elan, the REPL and Mathlib at the pinned tag and the Mathlib cache, checks one
+     theorem, and prints the settings to use;
+  2. point the checker at them: config.lean.command / config.lean.cwd for runs, or
+     COMPASSPLAY_LEAN_REPL / COMPASSPLAY_LEAN_PROJECT with LeanReplPool.from_env(), or
+     LeanReplPool(command=("lake", "env", "/abs/DIR/repl/.lake/build/bin/repl"), cwd="/abs/DIR/mathlib4").
+On a cluster a kimina-lean-server can check proofs instead: config.lean.checker = "kimina" (§2b)."""
 
 
 class LeanSetupError(UserError, RuntimeError):
@@ -113,8 +111,8 @@ def check_repl_command(command: Sequence[str], cwd: str | None) -> None:
   if not command:
     raise LeanSetupError(f"Lean REPL command is empty.\n{SETUP_STEPS}")
   if cwd is not None and not os.path.isdir(cwd):
-    raise LeanSetupError(f"Lean project directory {cwd!r} does not exist (cwd of the REPL "
-                         f"command {list(command)}).\n{SETUP_STEPS}")
+    raise LeanSetupError(f"Lean project directory {cwd!r} does not exist (cwd of the REPL command "
+                         f"{list(command)}): set up Lean with `{SETUP_SCRIPT}`.\n{SETUP_STEPS}")
   program = command[0]
   if os.sep in program:
     path = os.path.join(cwd or os.getcwd(), program)
@@ -122,8 +120,8 @@ def check_repl_command(command: Sequence[str], cwd: str | None) -> None:
   else:
     found = shutil.which(program) is not None
   if not found:
-    raise LeanSetupError(f"Lean REPL command {program!r} not found (command {list(command)}, "
-                         f"cwd {cwd!r}).\n{SETUP_STEPS}")
+    raise LeanSetupError(f"Lean REPL command {program!r} not found (command {list(command)}, cwd {cwd!r}): "
+                         f"set up Lean with `{SETUP_SCRIPT}`.\n{SETUP_STEPS}")
 
 
 def _tree_pids(root: int) -> list[int]:

@@ -127,6 +127,7 @@ READERS = {
     "azr_seed/": _read_seed_buffer,
     "minif2f/": _read_targets,
     "leanworkbook/": _read_targets,
+    "d3k/": _read_targets,
 }
 
 

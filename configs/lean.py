@@ -30,7 +30,9 @@ def get_config(arg: str = ""):
   config.steps = 200  # paper: 200 iterations, coverage measured every iteration (design card); SGS ~200 (§1.3)
 
   l = config.lean
-  l.targets_path = "data:leanworkbook/leanworkbook_train_1k.jsonl"  # stand-in for SGS's D3k (§1.2)
+  # SGS's D3k, 3,323 statements (§1.2; python -m compassplay_jax.data fetch d3k, by name: no license is stated).
+  # The public stand-in: --config.lean.targets_path=data:leanworkbook/leanworkbook_train_1k.jsonl
+  l.targets_path = "data:d3k/D_3k_prover_dataset.json"
   l.targets_per_iteration = 0  # SGS: proofs for every target, solved ones included, each iteration
   l.proofs_per_problem = 8  # SGS: k = 8 for targets and conjectures
   l.solver_band_max = 0.5  # SGS: REINFORCE-1/2, problems with 0 < s <= 0.5

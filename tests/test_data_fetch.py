@@ -121,6 +121,9 @@ def upstream_files() -> dict[str, bytes]:
   for name, rows in lcb.items():
     hub(sources.LIVECODEBENCH, name, _jsonl(rows) if rows else _jsonl([_lcb_row(f"x_{name}", "2023-06-01")]))
   hub(sources.LCB_EXECUTION, sources.LCB_EXECUTION_FILE, lcb_execution_parquet())
+  github(sources.SGS, sources.D3K_FILE, json.dumps({"iterations": [], "target_statements": {
+      f"id{i}": {"id": f"id{i}", "header": "import Mathlib\n", "theorem": f"theorem d3k_{i} : (1 : ℕ) + {i} = {i} + 1 := by",
+                 "tag": "statement", "source": "d_3k", "proofs": []} for i in range(3)}}).encode())
   workbook = [{"id": f"lean_workbook_{i}", "split": "lean_workbook",
                "formal_statement": f"theorem lean_workbook_{i} : (1 : ℕ) + {i} = {i} + 1 := by", "status": "open"}
               for i in range(1010)]
@@ -196,9 +199,13 @@ def test_fetch_all_converts_records_and_is_idempotent(fake_server, tmp_path):
   first = _fetch(fake_server, data, tmp_path, "--all")
   assert first.returncode == 0, first.stderr[-3000:]
 
-  # Every declared output exists, is in the manifest, and its sha256 (hashlib) matches the manifest.
+  # Every declared output exists, is in the manifest, and its sha256 (hashlib) matches the manifest;
+  # opt-in sets (D3k: no license stated) are left out of --all, with a line saying so.
   manifest = json.loads((data / "MANIFEST.json").read_text())
-  for dataset in sources.DATASETS.values():
+  opt_in = [d for d in sources.DATASETS.values() if d.opt_in]
+  assert [d.name for d in opt_in] == ["d3k"] and not (data / "d3k").exists()
+  assert "d3k: not fetched by --all, only by name (d3k: no license is stated" in first.stdout
+  for dataset in (d for d in sources.DATASETS.values() if not d.opt_in):
     for out in dataset.outputs:
       entry = manifest["files"][out]
       assert entry["sha256"] == _sha(data / out) and entry["license"] == dataset.license
@@ -246,9 +253,19 @@ def test_fetch_all_converts_records_and_is_idempotent(fake_server, tmp_path):
   second = _fetch(fake_server, data, tmp_path, "--all")
   assert second.returncode == 0, second.stderr
   assert fake_server.requests == []
-  assert second.stdout.count("up to date") == len(sources.DATASETS)
+  assert second.stdout.count("up to date") == len(sources.DATASETS) - len(opt_in)
   listed = _fetch(fake_server, data, tmp_path, "--list")
-  assert listed.stdout.count(" ok ") == len(sources.DATASETS)
+  assert listed.stdout.count(" ok ") == len(sources.DATASETS) - len(opt_in)
+
+  # By name, D3k is fetched as published, with the license note, and loads as the Lean targets.
+  fake_server.requests.clear()
+  named = _fetch(fake_server, data, tmp_path, "d3k")
+  assert named.returncode == 0, named.stderr
+  assert "note: d3k: no license is stated" in named.stdout and len(fake_server.requests) == 1
+  served = fake_server.files[f"gh/{sources.SGS[0]}/{sources.SGS[1]}/{sources.D3K_FILE}"]
+  assert (data / "d3k/D_3k_prover_dataset.json").read_bytes() == served
+  from compassplay_jax.domains.lean.targets import load_targets
+  assert [t.name for t in load_targets(data / "d3k/D_3k_prover_dataset.json")] == ["id0", "id1", "id2"]
 
 
 def test_corrupted_file_fails_its_sha256_with_one_line(fake_server, tmp_path):
@@ -336,6 +353,26 @@ def test_a_set_whose_converter_needs_a_missing_package_says_so_before_downloadin
                      r"compassplay_no_such_package \(pip install compassplay_no_such_package\)$"):
     fetch.fetch_dataset(dataset, tmp_path, {"files": {}}, log=lambda _: None)
   assert list(tmp_path.iterdir()) == []
+
+
+def test_the_d3k_converter_checks_sgs_layout(tmp_path):
+  from compassplay_jax.data import convert
+  bad = {"list.json": "[]", "empty.json": '{"target_statements": {}}',
+         "no_theorem.json": '{"target_statements": {"a": {"header": "import Mathlib"}}}'}
+  for name, text in bad.items():
+    (tmp_path / name).write_text(text)
+    with pytest.raises(convert.ConvertError, match=r"^f: "):
+      convert.copy_d3k("f", "d3k/out.json")({"f": tmp_path / name})
+
+
+def test_the_fetched_d3k_file_is_sgs_target_set(shared_data):
+  """Real data (skips unless fetched): the pinned file, 3,323 targets the Lean loader reads."""
+  from compassplay_jax.domains.lean.targets import load_targets
+  from tests.conftest import shared_file
+  path = shared_file("d3k/D_3k_prover_dataset.json")
+  assert hashlib.sha256(path.read_bytes()).hexdigest() == sources.output_sha256("d3k/D_3k_prover_dataset.json")
+  targets = load_targets(path)
+  assert len(targets) == 3323 and all(t.statement.startswith("theorem ") for t in targets)
 
 
 def test_lean_workbook_converter_reads_a_list_or_json_lines(tmp_path):

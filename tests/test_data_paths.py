@@ -138,6 +138,12 @@ def test_paper_configs_pass_the_data_check_on_the_development_data(arg, capsys):
     assert f"expected {sources.output_sha256('gsm8k/test.jsonl')}" in message
     assert f"got {hashlib.sha256(gsm8k.read_bytes()).hexdigest()}" in message
     config.eval.paths = ",".join(filter(None, [config.eval.paths, f"gsm8k={gsm8k}"]))  # named by path: not checked
+  d3k = SHARED_DATA / "d3k" / "D_3k_prover_dataset.json"
+  if arg == "lean" and not d3k.exists():  # SGS's targets are fetched by name only; the copy lacks them
+    with pytest.raises(paths.DataMissingError, match=r"d3k/D_3k_prover_dataset\.json \(lean\.targets_path; "
+                       r"python -m compassplay_jax\.data fetch d3k"):
+      data_checks.prepare_config(config)
+    config.lean.targets_path = "data:leanworkbook/leanworkbook_train_1k.jsonl"  # the public stand-in
   data_checks.prepare_config(config)
   unchecked = capsys.readouterr().out
   if arg == "coding":
@@ -148,7 +154,8 @@ def test_paper_configs_pass_the_data_check_on_the_development_data(arg, capsys):
     expected = "math/train.jsonl" + (f", {benchmarks.LCB_EXECUTION}" if lcb_execution.exists() else "")
     assert f"not checked: {expected}\n" in unchecked
   else:
-    assert config.lean.targets_path == str(SHARED_DATA / "leanworkbook" / "leanworkbook_train_1k.jsonl")
+    stand_in = SHARED_DATA / "leanworkbook" / "leanworkbook_train_1k.jsonl"
+    assert config.lean.targets_path == str(d3k if d3k.exists() else stand_in)
   from compassplay_jax.selfplay import coding
   if arg == "coding":
     coding.validate_config(config)  # the reference file loads from the resolved path

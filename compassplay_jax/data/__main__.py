@@ -33,7 +33,8 @@ def _parser() -> argparse.ArgumentParser:
 def _print_listing(directory) -> None:
   print(f"data directory: {paths.data_dir(directory)}")
   for row in fetch_lib.listing(directory):
-    print(f"  {row['name']:<14} {row['status']:<10} {row['license']:<11} {', '.join(row['sources'])}")
+    by_name = " (fetched by name only, not by --all)" if row["opt_in"] else ""
+    print(f"  {row['name']:<14} {row['status']:<10} {row['license']:<11} {', '.join(row['sources'])}{by_name}")
     if row["status"] not in ("ok", "present"):
       for file in row["files"]:
         print(f"  {'':<14} {'':<10} {file}")

@@ -91,6 +91,24 @@ def parquet_to_jsonl(upstream: str, output: str, required: Iterable[str]) -> Con
   return convert
 
 
+def copy_d3k(upstream: str, output: str) -> Converter:
+  """SGS's D3k file kept byte for byte, after checking its layout: {"target_statements": {id: {header,
+  theorem, ...}}} with at least one statement (the Lean targets loader reads it as published)."""
+  def convert(raw: Raw) -> dict[str, str | bytes]:
+    data = raw[upstream].read_bytes()
+    try:
+      statements = json.loads(data)["target_statements"]
+    except (ValueError, KeyError, TypeError):
+      raise ConvertError(f"{upstream}: expected a JSON object with key 'target_statements'") from None
+    if not isinstance(statements, dict) or not statements:
+      raise ConvertError(f"{upstream}: 'target_statements' holds no statements")
+    for key, record in statements.items():
+      if not isinstance(record, dict) or not isinstance(record.get("theorem"), str):
+        raise ConvertError(f"{upstream}: statement {key!r} has no 'theorem'")
+    return {output: data}
+  return convert
+
+
 # ---- MATH (PRM800K's math_splits: the 12,000 / 500 re-split of Hendrycks et al.'s MATH) -------------
 
 def _math_level(level) -> str:

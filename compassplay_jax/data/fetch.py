@@ -287,9 +287,11 @@ def _read_back(check_output: OutputCheck, relpath: str, path: pathlib.Path) -> N
 
 
 def select(names: Iterable[str], all_sets: bool) -> list[DataSet]:
+  """The named sets, or with all_sets every set but the opt-in ones (those are fetched only by name)."""
   names = list(names)
   if all_sets:
-    return list(DATASETS.values())
+    return [d for d in DATASETS.values() if not d.opt_in] + [DATASETS[n] for n in dict.fromkeys(names)
+                                                              if n in DATASETS and DATASETS[n].opt_in]
   if not names:
     raise FetchError("name the sets to fetch, or pass --all (see --list)")
   unknown = [n for n in names if n not in DATASETS]
@@ -304,6 +306,12 @@ def fetch(names: Iterable[str] = (), directory=None, *, all_sets: bool = False, 
   `check_output(relpath, path)` reads each converted file back before it is moved in."""
   directory = paths.data_dir(directory)
   datasets = select(names, all_sets)
+  if all_sets:
+    for left in (d for d in DATASETS.values() if d.opt_in and d not in datasets):
+      log(f"{left.name}: not fetched by --all, only by name ({left.opt_in})")
+  for dataset in datasets:
+    if dataset.opt_in:
+      log(f"note: {dataset.opt_in}")
   directory.mkdir(parents=True, exist_ok=True)
   manifest = read_manifest(directory)
   return [d.name for d in datasets
@@ -319,6 +327,7 @@ def listing(directory=None) -> list[dict]:
     statuses = [file_status(directory, manifest, out) for out in dataset.outputs]
     status = statuses[0] if len(set(statuses)) == 1 else ("corrupt" if "corrupt" in statuses else "partial")
     rows.append({"name": dataset.name, "status": status, "files": list(dataset.outputs), "license": dataset.license,
+                 "opt_in": bool(dataset.opt_in),
                  "sources": sorted({f"{u.repo}@{u.revision[:12]}" for u in dataset.inputs}),
                  "description": dataset.description})
   return rows

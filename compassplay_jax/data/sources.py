@@ -48,6 +48,8 @@ class DataSet:
   # Outputs not listed are converted from pinned inputs; the manifest records what the fetch wrote.
   output_sha256: Mapping[str, str] = dataclasses.field(default_factory=dict)
   requires: tuple[str, ...] = ()  # python packages its converter needs beyond the run-time ones
+  # Non-empty: the set is fetched only when named (not by --all), and this is printed when it is.
+  opt_in: str = ""
 
 # Pinned revisions. GitHub: commits of the upstream repositories. Hub: dataset repo commits.
 AZR = ("LeapLabTHU/Absolute-Zero-Reasoner", "41ed983cdf541cfcd2f963f33c055d50074f3c90")  # `paper` branch
@@ -67,6 +69,11 @@ LCB_FILES = ("test3.jsonl", "test4.jsonl", "test5.jsonl")
 # lcb_runner reads this one (lcb_runner/benchmarks/code_execution.py:60).
 LCB_EXECUTION = ("livecodebench/execution-v2", "e3bbac6d5da0043c4a0b4e4f4b678f1f6497cc86")
 LCB_EXECUTION_FILE = "data/test-00000-of-00001.parquet"
+
+# SGS's target set D3k (3,323 Lean 4 statements filtered from Goedel-Pset-v1), the copy its run scripts
+# read (scripts/standard_sgs.py:75, prover_dataset_path="data/D_3k_prover_dataset.json").
+SGS = ("LukeBailey181/sgs", "64d2de468a0ddf222d5836248bea1d239a253f49")
+D3K_FILE = "data/D_3k_prover_dataset.json"
 
 AZR_MATH_EVAL = "evaluation/math_eval/eval/data"
 PRM_TRAIN, PRM_TEST = "prm800k/math_splits/train.jsonl", "prm800k/math_splits/test.jsonl"
@@ -91,6 +98,7 @@ SHA256 = {
     (AZR[0], "data/7b_coder_seed_io.jsonl"): "33b9608e76737785fa159b94dabe6dfdbc6389a8c55e082ab54e52d9031c717f",
     (AZR[0], "data/7b_coder_code_f_seed_io.jsonl"): "ce609e87fe330f90cfa9f167ac050b4df8bd1bf9d4ab135d90b9a0f5d48f4b84",
     (DEEPSEEK_PROVER[0], "datasets/minif2f.jsonl"): "d6654c88476ff14db19d57dea25bd955a240525fb52171e460f89d98f83d7dd5",
+    (SGS[0], D3K_FILE): "1c2a89d8347280f4cf11ae71fca5f0274f9b8efa4f9b1d18b6eaddf62d0c8f42",
     # Hub: the sha256 the Hub's file pages show (its git-lfs/xet pointer). test5: the file's page in
     # livecodebench/code_generation_lite ("feat: release_v5"); test3, test4: their pages in a verbatim
     # duplicate of that repository (jasonsheihX/code_generation_lite), which shows the same test5 value.
@@ -165,6 +173,13 @@ DATASETS: dict[str, DataSet] = {d.name: d for d in [
             convert.copy_jsonl("datasets/minif2f.jsonl", "minif2f/minif2f.jsonl",
                                ("name", "split", "formal_statement")),
             _copied((_github(DEEPSEEK_PROVER, "datasets/minif2f.jsonl"), "minif2f/minif2f.jsonl"))),
+    DataSet("d3k", "SGS's target set D3k: 3,323 Lean 4 statements (the Lean setting's targets)", "NOASSERTION",
+            (_github(SGS, D3K_FILE),), ("d3k/D_3k_prover_dataset.json",),
+            convert.copy_d3k(D3K_FILE, "d3k/D_3k_prover_dataset.json"),
+            _copied((_github(SGS, D3K_FILE), "d3k/D_3k_prover_dataset.json")),
+            opt_in="d3k: no license is stated for it (github.com/LukeBailey181/sgs has no license file); it is "
+                   "downloaded from its authors' repository for your own use, as SGS's code does at run time, "
+                   "and not redistributed (docs/data.md)"),
     DataSet("leanworkbook", "Lean Workbook statements: a seeded 1,000-statement sample", "Apache-2.0",
             (_hub(LEAN_WORKBOOK, "lean_workbook.json"),), ("leanworkbook/leanworkbook_train_1k.jsonl",),
             convert.convert_lean_workbook("lean_workbook.json", train_size=1000, seed=0)),

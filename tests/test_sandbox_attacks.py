@@ -50,8 +50,11 @@ _FIND_GOLD = textwrap.dedent(r'''
                     _scan(_v if type(_v) is str else bytes(_v).decode('latin-1'))
     import ctypes
     _bpat = re.compile(rb"cpgold_([0-9a-f]{16})_([0-9])")
-    with open('/proc/self/maps') as _maps:
-        _regions = [_line.split() for _line in _maps]
+    try:  # Issue 23: /proc is hidden from jobs; the scan runs where a kernel view exists.
+        with open('/proc/self/maps') as _maps:
+            _regions = [_line.split() for _line in _maps]
+    except OSError:
+        _regions = []
     for _fields in _regions:
         _perm, _name = _fields[1], (_fields[5] if len(_fields) > 5 else '')
         if not _perm.startswith('r') or _name in ('[vvar]', '[vsyscall]', '[vvar_vclock]'):
@@ -82,7 +85,7 @@ def test_gold_cannot_be_read_from_the_job_process(pool):
   assert verdicts == [False]
   # Independent of the verdict: the program saw no gold token at all.
   seen = pool.run(Job(code=_FIND_GOLD, expr="sorted(_found.items())"))
-  pool.run(jobs.canon_values_job([repr(f"cpgold_{tag}_7")]))  # Gold of a check, just before.
+  pool.run(jobs.values_job([repr(f"cpgold_{tag}_7")]))  # Gold of a check, just before.
   seen_after_gold = pool.run(Job(code=_FIND_GOLD, expr="sorted(_found.items())"))
   assert seen.ok and seen_after_gold.ok, (seen, seen_after_gold)
   assert seen_after_gold.value_repr == "[]", seen_after_gold.value_repr
@@ -218,13 +221,17 @@ _REPR_PATCH = textwrap.dedent("""
 
 
 def test_patched_repr_does_not_change_the_gold_output(pool):
-  """Attack 4a: the program patches the builtins the gold computation uses (static check
-  bypassed on purpose here: this tests the prelude's own binding)."""
+  """Attack 4a: the program patches the builtins or modules the gold computation used (the
+  trainer's static check bypassed on purpose: since issue 23 the job applies the same rules to the
+  tree it compiles, and values leave as plain data, encoded without repr or json)."""
   r = pool.run(jobs.gold_output_job(_REPR_PATCH, "41"))
-  assert r.ok and r.value_text == "42", r
+  assert r.status == "error" and r.error_type == "ProgramRejected", r
   patch_json = "import json\njson.dumps = lambda v: '[\"forged\"]'\ndef f(a):\n    return a * 2\n"
   r = pool.run(jobs.gold_outputs_job(patch_json, ["1", "2"]))
-  assert r.ok and r.value_text == '["2", "4"]', r
+  assert r.status == "error" and r.error_type == "ProgramRejected", r
+  # What the rules allow cannot patch anything the encoder uses: the values are f's.
+  r = pool.run(jobs.gold_outputs_job("import json\ndef f(a):\n    return a * 2\n", ["1", "2"]))
+  assert r.ok and r.outcomes == ((2, 2), (4, 4)), r
 
 
 ATTRIBUTE_CHAINS = [

@@ -4,14 +4,19 @@ Usage:
   with SandboxPool() as pool:
     result = pool.run(Job(code="def f(a):\\n  return a", expr="f(1)"))
     assert result.ok and result.value_repr == "1"
+    result = pool.run(CallJob(program="def f(a):\\n  return [a]", entries=(("call", "1", 2),)))
+    result.outcomes  # (([1], [1]),): what f returned, twice, as plain data decoded here
 
 Each worker is a spawned interpreter (`sandbox_worker.py`) with a scrubbed
 environment. Each job runs in a fresh process forked from a zygote that has
-never held any job's data, inside fresh PID, mount (own /tmp, /dev/shm, cwd)
-and IPC namespaces, under a per-worker uid, rlimits and a seccomp deny-list,
-in a private network namespace (see docs/sandbox.md and `isolation_report`).
-The pool never unpickles anything from a worker, and a dead or stuck worker is
-killed and replaced, so callers never hang.
+never held any job's data, as PID 1 of a fresh PID namespace, under a
+per-worker uid, rlimits and a seccomp filter, in a private network namespace
+and a mount namespace where every file is read-only (see docs/sandbox.md and
+`isolation_report`). A `CallJob` runs its program under the restricted runtime
+(allow-listed builtins and modules, no syscall to open anything) and returns
+values as plain data, never as text the program could have written. The pool
+never unpickles anything from a worker, and a dead or stuck worker is killed
+and replaced, so callers never hang.
 """
 import concurrent.futures
 import dataclasses
@@ -27,7 +32,9 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
+
+from compassplay_jax.verifiers import sandbox_values
 
 STATUSES = ("ok", "error", "timeout", "memory", "output_too_large")
 _WORKER_SCRIPT = pathlib.Path(__file__).with_name("sandbox_worker.py")
@@ -40,7 +47,8 @@ _WORKER_GRACE_S = 5.0
 LAYERS = ("netns", "mountns", "pidns", "uid", "jobns", "ipcns", "seccomp")
 # Report entries and the words that mean the layer is fully on.
 _LAYER_ACTIVE = {"network": "netns", "pid": "pidns per job", "job_fs": "fresh tmpfs per job",
-                 "ipc": "IPC namespace per job", "seccomp": "deny-list", "sockets": "hidden:"}
+                 "ipc": "IPC namespace per job", "seccomp": "deny-list", "sockets": "hidden:",
+                 "metadata": "every mount read-only, noatime; hidden: /proc, /sys; /dev: null"}
 _log = logging.getLogger(__name__)
 
 
@@ -72,9 +80,42 @@ class Job:
   prelude: str = ""
 
 
+CALL_KINDS = ("call", "value")
+
+
+@dataclasses.dataclass(frozen=True)
+class CallJob:
+  """A program run under the restricted runtime, then a list of evaluations whose values come
+  back as plain data (decoded here; never text the program could write).
+
+  program: source defining `f` (allow-listed builtins and modules only, `sandbox_rules`), or
+    None for value expressions alone.
+  entries: (kind, text, repeat) triples. kind "call": text is an argument list ("1, 'a', k=2")
+    and f(*args, **kwargs) is evaluated; kind "value": text is a plain value expression. Each
+    is evaluated `repeat` times, on freshly built arguments.
+  names: whether the texts may use the program's plain-data globals.
+  """
+  program: Optional[str]
+  entries: Tuple[Tuple[str, str, int], ...]
+  names: bool = False
+  timeout_s: Optional[float] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+  """An evaluation of a CallJob that raised (error_type: the exception's class name, or
+  NotPlain / TooLarge / TooDeep / SelfReference / ValueRejected / BadResult)."""
+  error_type: str
+  message: str = ""
+
+
 @dataclasses.dataclass(frozen=True)
 class ExecResult:
-  """Outcome of one job. value_text is the value itself when eval(expr) was a str."""
+  """Outcome of one job. value_text is the value itself when eval(expr) was a str.
+
+  outcomes (CallJob only, status "ok"): per entry, a tuple of `repeat` items, each the decoded
+  plain value (sandbox_values: scalars as Python objects, containers as Node) or a Failure.
+  """
   status: str
   value_repr: Optional[str]
   stdout: str
@@ -83,6 +124,7 @@ class ExecResult:
   error_message: Optional[str]
   duration_s: float
   value_text: Optional[str] = None
+  outcomes: Optional[tuple] = None
 
   @property
   def ok(self) -> bool:
@@ -93,15 +135,32 @@ def _sandbox_failure(message, duration_s=0.0):
   return ExecResult("error", None, "", "", "SandboxError", message, duration_s)
 
 
-def _result_from_frame(frame, duration_s):
+def _decode_outcome(item):
+  if item.startswith("+"):
+    try:
+      return sandbox_values.decode(item[1:])
+    except sandbox_values.DecodeError as e:
+      return Failure("BadResult", str(e))
+  error_type, _, message = item[1:].partition(":")
+  return Failure(error_type or "Error", message)
+
+
+def _result_from_frame(frame, duration_s, job=None):
   if not isinstance(frame, dict) or frame.get("status") not in STATUSES:
     return _sandbox_failure("malformed reply from sandbox worker", duration_s)
   text = lambda key: frame.get(key) if isinstance(frame.get(key), str) else None
+  outcomes = None
+  if isinstance(job, CallJob) and frame["status"] == "ok":
+    raw = frame.get("outcomes")
+    shape = [repeat for _, _, repeat in job.entries]
+    if not isinstance(raw, list) or [len(e) if isinstance(e, list) else -1 for e in raw] != shape:
+      return _sandbox_failure("malformed reply from sandbox worker", duration_s)
+    outcomes = tuple(tuple(_decode_outcome(str(item)) for item in entry) for entry in raw)
   return ExecResult(status=frame["status"], value_repr=text("value_repr"),
                     stdout=text("stdout") or "", stderr=text("stderr") or "",
                     error_type=text("error_type"), error_message=text("error_message"),
                     duration_s=float(frame.get("duration_s") or duration_s),
-                    value_text=text("value_text"))
+                    value_text=text("value_text"), outcomes=outcomes)
 
 
 def default_hidden_paths():
@@ -142,9 +201,27 @@ def kill_processes_of_uid(uid, wait_s=2.0):
     time.sleep(0.02)
 
 
+def _check_call_job(job):
+  if job.program is not None and not isinstance(job.program, str):
+    raise TypeError(f"CallJob.program must be str or None, got {type(job.program).__name__}")
+  if not isinstance(job.entries, tuple):
+    raise TypeError(f"CallJob.entries must be a tuple, got {type(job.entries).__name__}")
+  for entry in job.entries:
+    if (not isinstance(entry, tuple) or len(entry) != 3 or entry[0] not in CALL_KINDS
+        or not isinstance(entry[1], str) or not isinstance(entry[2], int) or entry[2] < 1):
+      raise ValueError(f"CallJob entry must be (kind in {CALL_KINDS}, str, int >= 1), got {entry!r}")
+    if entry[0] == "call" and job.program is None:
+      raise ValueError("a CallJob 'call' entry needs a program")
+  if job.timeout_s is not None and not job.timeout_s > 0:
+    raise ValueError(f"CallJob.timeout_s must be positive, got {job.timeout_s}")
+
+
 def _check_job(job):
+  if isinstance(job, CallJob):
+    _check_call_job(job)
+    return
   if not isinstance(job, Job):
-    raise TypeError(f"job must be a sandbox.Job, got {type(job).__name__}")
+    raise TypeError(f"job must be a sandbox.Job or sandbox.CallJob, got {type(job).__name__}")
   if not isinstance(job.code, str):
     raise TypeError(f"Job.code must be str, got {type(job.code).__name__}")
   if job.expr is not None and not isinstance(job.expr, str):
@@ -288,7 +365,7 @@ class SandboxPool:
       value = self.isolation_report.get(key, "missing")
       if "disabled)" in value:
         continue  # Switched off on purpose (disabled_layers).
-      if not value.startswith(active) or "NOT hidden" in value:
+      if not value.startswith(active) or "NOT " in value:
         _log.warning("sandbox isolation layer %r is degraded: %s", key, value)
 
   @property
@@ -370,8 +447,12 @@ class SandboxPool:
   def _run_one(self, handle, job):
     timeout = job.timeout_s or self.limits.timeout_s
     start = time.monotonic()
-    message = {"code": job.code, "expr": job.expr, "stdin": job.stdin, "timeout_s": timeout,
-               "prelude": job.prelude}
+    if isinstance(job, CallJob):
+      message = {"kind": "calls", "program": job.program, "entries": job.entries,
+                 "names": job.names, "timeout_s": timeout}
+    else:
+      message = {"code": job.code, "expr": job.expr, "stdin": job.stdin, "timeout_s": timeout,
+                 "prelude": job.prelude}
     try:
       handle.send(message)
     except OSError as e:
@@ -380,7 +461,7 @@ class SandboxPool:
     if frame is None:
       return _sandbox_failure("sandbox worker died or stopped answering",
                               time.monotonic() - start), False
-    return _result_from_frame(frame, time.monotonic() - start), True
+    return _result_from_frame(frame, time.monotonic() - start, job), True
 
   def _fail_remaining(self, message):
     while True:

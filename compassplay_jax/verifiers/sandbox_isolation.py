@@ -8,6 +8,7 @@ This file is imported by `sandbox_worker.py`, which runs as a plain script
 (`python3 -S -s -B sandbox_worker.py`), so it must not import the package.
 """
 import ctypes
+import errno
 import os
 import signal
 import sys
@@ -22,10 +23,16 @@ CLONE_NEWNET = 0x40000000
 MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
+MS_NOEXEC = 8
 MS_REMOUNT = 32
+MS_NOATIME = 1024
+MS_NODIRATIME = 2048
 MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
+MS_RELATIME = 1 << 21
+MS_STRICTATIME = 1 << 24
+MNT_DETACH = 2
 PR_SET_PDEATHSIG = 1
 
 # Sandbox uids start here; worker pid is added so concurrent workers (even of
@@ -42,6 +49,12 @@ SOCKET_DIRS = ("/run", "/var/run")
 JOB_TMP_DIRS = ("/tmp", "/dev/shm")
 JOB_WORKDIR = "/tmp/job"
 JOB_TMPFS_OPTIONS = "size=64m,nr_inodes=4096,mode=1777"
+
+# Device nodes a job keeps; the rest of /dev (ptys, /dev/kmsg, block devices, ...) is not there.
+JOB_DEVICES = ("null", "zero", "full", "random", "urandom")
+# Kernel views of host-wide state (process lists, load and memory counters, cgroups): covered by an
+# empty tmpfs, so that nothing a job reads there depends on other jobs.
+KERNEL_VIEWS = ("/proc", "/sys")
 
 # Never hidden: the interpreter and its shared libraries live there.
 _SYSTEM_DIRS = frozenset(("/", "/usr", "/usr/local", "/usr/lib", "/lib", "/lib64", "/bin", "/sbin",
@@ -64,6 +77,14 @@ def mount(source, target, fstype, flags, data=None):
   enc = lambda s: None if s is None else os.fsencode(s)
   _check(_libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
          f"mount {target}")
+
+
+def umount(target):
+  _check(_libc.umount2(os.fsencode(target), ctypes.c_int(MNT_DETACH)), f"umount {target}")
+
+
+def setns(fd, nstype):
+  _check(_libc.setns(ctypes.c_int(fd), ctypes.c_int(nstype)), f"setns({nstype:#x})")
 
 
 def set_parent_death_signal(sig=signal.SIGKILL):
@@ -109,7 +130,100 @@ def _hide_path(hidden, keep, staging):
     os.makedirs(target, mode=0o755, exist_ok=True)
     mount(stage, target, None, MS_BIND | MS_REC)
     mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+    _drop_stage(stage)
   mount(None, hidden, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _drop_stage(stage):
+  """Unmounts a staging bind (its target keeps its own mount) and removes the empty stage."""
+  umount(stage)
+  os.rmdir(stage)
+
+
+def _minimal_dev(staging):
+  """Covers /dev with a tmpfs holding only JOB_DEVICES (bind mounts) and an empty shm dir."""
+  staged = []
+  for name in JOB_DEVICES:
+    source = os.path.join("/dev", name)
+    if not os.path.exists(source):
+      continue
+    stage = os.path.join(staging, f"dev_{name}")
+    open(stage, "w").close()
+    mount(source, stage, None, MS_BIND)
+    staged.append((name, stage))
+  mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,nr_inodes=64,mode=0755")
+  for name, stage in staged:
+    target = os.path.join("/dev", name)
+    open(target, "w").close()
+    mount(stage, target, None, MS_BIND)
+    umount(stage)
+    os.unlink(stage)
+  os.mkdir("/dev/shm", 0o1777)
+  os.chmod("/dev/shm", 0o1777)
+  mount(None, "/dev", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC)
+  return [name for name, _ in staged]
+
+
+_MOUNT_FLAGS = {"nodev": MS_NODEV, "noexec": MS_NOEXEC, "nodiratime": MS_NODIRATIME}
+
+
+def mount_points():
+  """(mount point, per-mount options) of every mount of this mount namespace (/proc/self/mountinfo)."""
+  found = []
+  with open("/proc/self/mountinfo") as f:
+    for line in f:
+      fields = line.split()
+      if len(fields) < 6:
+        continue
+      # Octal escapes (\040 for a space) in the mount point.
+      point = fields[4].encode().decode("unicode_escape").encode("latin-1").decode(
+          errors="surrogateescape")
+      found.append((point, fields[5].split(",")))
+  return found
+
+
+def read_only_everywhere(keep_writable=()):
+  """Bind-remounts every visible mount read-only, nosuid and noatime (what a job reads leaves no
+  access time another job could see, and no file can change); returns the mount points that
+  refused. Mounts under KERNEL_VIEWS are skipped (they are hidden next)."""
+  failed, seen = [], set()
+  for point, options in reversed(mount_points()):  # Last listed = the one visible at the path.
+    if point in seen or any(_is_under(point, v) for v in KERNEL_VIEWS) or point in keep_writable:
+      continue
+    seen.add(point)
+    if not os.path.isdir(point) and not os.path.exists(point):
+      continue  # Covered by a later mount (a hidden path), unreachable anyway.
+    keep = 0
+    for option, flag in _MOUNT_FLAGS.items():
+      if option in options:
+        keep |= flag
+    base = MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | keep
+    try:
+      mount(None, point, None, base | MS_NOATIME)
+    except OSError:
+      # A mount whose atime flags are locked (a less privileged user namespace): read-only alone
+      # already stops access-time updates (the kernel skips them on read-only mounts).
+      atime = (MS_RELATIME if "relatime" in options else
+               MS_NOATIME if "noatime" in options else MS_STRICTATIME)
+      try:
+        mount(None, point, None, base | atime)
+      except OSError as e:
+        if e.errno != errno.EINVAL:  # EINVAL: covered by a later mount, no longer a mount point.
+          failed.append(f"{point} ({e.strerror})")
+  return failed
+
+
+def hide_kernel_views():
+  """Covers KERNEL_VIEWS with an empty read-only tmpfs; returns those done."""
+  done = []
+  for path in KERNEL_VIEWS:
+    try:
+      mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+            "size=4k,nr_inodes=4,mode=0555")
+      done.append(path)
+    except OSError:
+      pass
+  return done
 
 
 def host_socket_dirs():
@@ -127,14 +241,17 @@ def host_socket_dirs():
   return sorted(dirs)
 
 
-def setup_worker_isolation(network, hidden_paths, sandbox_root, disabled=()):
+def setup_worker_isolation(network, hidden_paths, sandbox_root, disabled=(), on_namespaces=None):
   """Puts the calling (worker) process into private namespaces; returns (report, flags).
 
   network: "auto" | "netns" | "socket-guard". hidden_paths: directories to
   cover with an empty tmpfs (the trainer's repo, cwd, home). sandbox_root: where
   job directories are made when there is no per-job mount namespace. disabled:
   names from LAYERS to leave off (for measuring their cost). Every layer that is
-  not active says why in the report.
+  not active says why in the report. flags["pidns_fd"] is a descriptor of this
+  process's PID namespace (the zygote returns to it after making each job's).
+  on_namespaces: called once the network and mount namespaces exist, before any path is hidden
+  (the worker starts its zygotes there: their files may be under a hidden path).
   """
   disabled = set(disabled)
   unknown = disabled - set(LAYERS)
@@ -163,10 +280,16 @@ def setup_worker_isolation(network, hidden_paths, sandbox_root, disabled=()):
     raise OSError("network namespace requested but the kernel refused it")
   report["network"] = "netns" if netns else "socket-guard"
 
-  hidden_done = []
+  hidden_done, devices = [], None
   if mountns:
     try:
       mount("none", "/", None, MS_REC | MS_PRIVATE)
+    except OSError:
+      pass
+  if on_namespaces is not None:
+    on_namespaces()
+  if mountns:
+    try:
       for path in world_writable_dirs():
         mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=256m,mode=1777")
       staging = os.path.join("/tmp", ".cp_staging")
@@ -181,6 +304,11 @@ def setup_worker_isolation(network, hidden_paths, sandbox_root, disabled=()):
           continue
         _hide_path(path, keep, staging)
         hidden_done.append(path)
+      try:
+        devices = _minimal_dev(staging)
+      except OSError as e:
+        devices = f"host /dev ({e.strerror})"
+      os.rmdir(staging)
       report["filesystem"] = "private tmpfs over world-writable dirs; hidden: " + (
           ", ".join(hidden_done) or "none")
     except OSError as e:
@@ -199,6 +327,7 @@ def setup_worker_isolation(network, hidden_paths, sandbox_root, disabled=()):
     if is_root or mountns:
       pidns = _probe_unshare(CLONE_NEWPID, check_pid1=True)
     report["pid"] = "pidns per job" if pidns else "process group + uid sweep"
+  pidns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY) if pidns else None
   uid = UID_BASE + os.getpid() if is_root and "uid" not in disabled else None
   if uid is not None and not _probe_uid_can_import(uid):
     uid = None
@@ -212,9 +341,8 @@ def setup_worker_isolation(network, hidden_paths, sandbox_root, disabled=()):
   else:
     jobns = _probe_unshare(CLONE_NEWNS, mounts=True)
     if jobns:
-      read_only = _make_read_only([p for p in world_writable_dirs() if p not in JOB_TMP_DIRS])
       report["job_fs"] = ("fresh tmpfs per job: " + ", ".join(JOB_TMP_DIRS) + f"; cwd {JOB_WORKDIR}"
-                          + (f"; read-only: {', '.join(read_only)}" if read_only else ""))
+                          "; call jobs: no writable path")
     else:
       report["job_fs"] = "shared per-worker tmp dirs (kernel refused a mount namespace per job)"
   ipcns = False
@@ -232,12 +360,28 @@ def setup_worker_isolation(network, hidden_paths, sandbox_root, disabled=()):
   else:
     reason = sandbox_seccomp.unavailable_reason() or _probe_seccomp()
     seccomp = reason is None
-    if seccomp:
-      sandbox_seccomp.prepare()  # Built once here; job processes inherit it.
-    report["seccomp"] = (f"deny-list ({len(sandbox_seccomp.build_filter())} BPF instructions)"
+    report["seccomp"] = (f"deny-list ({len(sandbox_seccomp.build_filter())} BPF instructions); "
+                         f"call jobs: allow-list "
+                         f"({len(sandbox_seccomp.build_filter(profile='calls'))} instructions)"
                          if seccomp else f"off ({reason})")
+  if mountns:
+    # Last: every mount read-only and noatime, then the kernel's host-wide views hidden. Without a
+    # mount namespace per job, jobs keep the worker's writable tmp dirs (degraded, reported).
+    writable = () if jobns else tuple(world_writable_dirs())
+    failed = read_only_everywhere(writable)
+    views = hide_kernel_views()
+    report["metadata"] = (
+        f"every mount read-only, noatime; hidden: {', '.join(views) or 'nothing'}; /dev: "
+        + (", ".join(devices) if isinstance(devices, list) else str(devices))
+        + (f"; NOT read-only: {', '.join(failed)}" if failed else "")
+        + (f"; writable: {', '.join(writable)} ("
+           + ("jobns disabled)" if "jobns" in disabled else "no mount namespace per job)")
+           if writable else ""))
+  else:
+    report["metadata"] = ("host mounts: reads update access times (" +
+                          ("mountns disabled)" if "mountns" in disabled else "no mount namespace)"))
   return report, {"netns": netns, "pidns": pidns, "uid": uid, "jobns": jobns, "ipcns": ipcns,
-                  "seccomp": seccomp}
+                  "seccomp": seccomp, "pidns_fd": pidns_fd}
 
 
 def _hide_socket_dirs(dirs, keep):
@@ -257,23 +401,10 @@ def _hide_socket_dirs(dirs, keep):
   return text + (f"; NOT hidden: {', '.join(failed)}" if failed else "")
 
 
-def _make_read_only(paths):
-  """Remounts the worker's private tmpfs copies of `paths` read-only; returns those done."""
-  done = []
-  for path in paths:
-    try:
-      mount(None, path, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
-      done.append(path)
-    except OSError:
-      pass
-  return done
-
-
 def enter_job_namespaces(flags):
-  """In the per-job supervisor (root, before forking the job): fresh PID, mount and IPC
+  """In a generic job process (root, PID 1 of its own PID namespace already): fresh mount and IPC
   namespaces, a fresh tmpfs over every JOB_TMP_DIRS entry and an empty work dir."""
-  ns = (CLONE_NEWPID if flags["pidns"] else 0) | (CLONE_NEWNS if flags["jobns"] else 0) | (
-      CLONE_NEWIPC if flags["ipcns"] else 0)
+  ns = (CLONE_NEWNS if flags["jobns"] else 0) | (CLONE_NEWIPC if flags["ipcns"] else 0)
   if ns:
     unshare(ns)
   if flags["jobns"]:

@@ -12,39 +12,39 @@ Which answers are correct:
 - induction: the solver's program (with the task's import lines prepended, as
   in AZR) returns, for every hidden input, a value equal to the hidden output.
 
-Equality is decided by comparing canonical texts produced by trusted code in
-the sandbox (`sandbox_prelude._cp_canon`). The sandbox never sees the gold
-value while it runs an answer, objects of non-builtin types (always-equal
-__eq__, str subclasses, ...) never have a canonical text, and a gold output
-that is not a plain value (e.g. a truncated repr) matches nothing.
+Equality is decided in the trainer by comparing canonical texts (`values.canonical`) of plain
+values the sandbox returned (never text a program wrote). The gold and each answer run in separate
+jobs, so a job that runs an answer never holds the gold; every program runs under the restricted
+runtime (allow-listed builtins and modules, no file, clock or introspection); values of
+non-builtin types (always-equal __eq__, str subclasses, ...) have no encoding, and a gold output
+that is not a plain value (e.g. a truncated repr) matches nothing. An induction answer must also
+pass `static_rules` (the same rules as proposals), else it is wrong.
 
 Model output never makes these functions raise: an answer that cannot be
 parsed, run or read back is wrong, and the reason is counted in `verdict_stats`.
 """
+import ast
 from typing import List, Sequence, Tuple
 
 from compassplay_jax.domains.coding import jobs
 from compassplay_jax.domains.coding import parsing
+from compassplay_jax.domains.coding import static_rules
 from compassplay_jax.domains.coding import tasks
+from compassplay_jax.domains.coding import values
 from compassplay_jax.domains.coding import verdict_stats
 
-_FAILED = "!"  # Canonical texts never start with "!"; failures always do.
-# A canonical text is at most a few result_bytes long; anything longer is not one.
-_MAX_CANON_CHARS = 1 << 20
+_FAILED = values.FAILED
 
 
-def _json_list(result, expected_len):
-  """The job's canonical texts; failures become '!Reason' entries (never raises)."""
-  if not result.ok or not isinstance(result.value_text, str):
+def _canonical_texts(result, expected_len):
+  """Canonical text of each outcome; failures become '!Reason' entries (never raises)."""
+  if not result.ok or result.outcomes is None or len(result.outcomes) != expected_len:
     return [_FAILED + str(result.error_type or result.status)] * expected_len
-  values = parsing.json_string_list(result.value_text, expected_len)
-  if values is None or any(len(v) > _MAX_CANON_CHARS for v in values):
-    return [_FAILED + "Malformed"] * expected_len
-  return values
+  return [values.canonical(entry[0]) for entry in result.outcomes]
 
 
-def _reason(values) -> str:
-  failed = [v for v in values if v.startswith(_FAILED)]
+def _reason(texts) -> str:
+  failed = [v for v in texts if v.startswith(_FAILED)]
   return "error: " + failed[0][1:40] if failed else "wrong"
 
 
@@ -54,14 +54,26 @@ def _gold_texts(task: tasks.CodingTask) -> List[str]:
   return [task.output]
 
 
+def _unsafe_program(program: str):
+  """Why an induction answer breaks the static rules (None when it does not)."""
+  try:
+    return static_rules.unsafe_reason(ast.parse(program))
+  except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+    return f"unparsable: {type(e).__name__}"
+
+
 def _answer_job(task: tasks.CodingTask, answer: str):
+  """(job, number of values) for one answer, or (None, reason) when it cannot run at all."""
   if task.type == tasks.DEDUCTION:
-    return jobs.canon_values_job([answer]), 1
+    return jobs.values_job([answer]), 1
   if task.type == tasks.ABDUCTION:
-    return jobs.canon_call_job(task.program, answer), 1
+    return jobs.answer_call_job(task.program, answer), 1
   hidden = [i for i, _ in task.hidden_pairs]
   program = "\n".join(task.imports + (answer,))
-  return jobs.canon_calls_job(program, hidden), len(hidden)
+  reason = _unsafe_program(program)
+  if reason is not None:
+    return None, reason
+  return jobs.answer_calls_job(program, hidden), len(hidden)
 
 
 def check_answers(pool, task: tasks.CodingTask, answers: Sequence[str]) -> List[bool]:
@@ -86,10 +98,13 @@ def check_many(pool, items: Sequence[Tuple[tasks.CodingTask, Sequence[str]]]) ->
     answers = list(answers)
     unique = sorted({a for a in answers
                      if isinstance(a, str) and len(a) <= parsing.MAX_RESPONSE_CHARS})
-    entry = {"gold": (len(batch), len(gold_texts)), "answers": {}}
-    batch.append(jobs.canon_values_job(gold_texts))
+    entry = {"gold": (len(batch), len(gold_texts)), "answers": {}, "refused": {}}
+    batch.append(jobs.values_job(gold_texts))
     for answer in unique:
       job, size = _answer_job(task, answer)
+      if job is None:
+        entry["refused"][answer] = size
+        continue
       entry["answers"][answer] = (len(batch), size)
       batch.append(job)
     plan.append((answers, entry))
@@ -97,13 +112,16 @@ def check_many(pool, items: Sequence[Tuple[tasks.CodingTask, Sequence[str]]]) ->
   verdicts = []
   for (answers, entry) in plan:
     index, size = entry["gold"]
-    gold = _json_list(results[index], size)
+    gold = _canonical_texts(results[index], size)
     verdict = {}
+    for answer, reason in entry["refused"].items():
+      verdict[answer] = False
+      verdict_stats.count("checking", f"unsafe program: {reason}")
     for answer, (index, size) in entry["answers"].items():
-      values = _json_list(results[index], size)
+      texts = _canonical_texts(results[index], size)
       verdict[answer] = bool(gold) and all(
-          not g.startswith(_FAILED) and g == v for g, v in zip(gold, values))
-      verdict_stats.count("checking", "correct" if verdict[answer] else _reason(values))
+          not g.startswith(_FAILED) and g == v for g, v in zip(gold, texts))
+      verdict_stats.count("checking", "correct" if verdict[answer] else _reason(texts))
     row = []
     for a in answers:
       if a in verdict if isinstance(a, str) else False:

@@ -1,63 +1,46 @@
-"""Builds sandbox jobs from the trusted prelude plus task-specific lines (no execution here)."""
-import functools
-import pathlib
+"""Builds sandbox call jobs for the coding checks (no execution here).
+
+Every program runs under the sandbox's restricted runtime (`verifiers/sandbox_rules.py`) and every
+value comes back as plain data (`verifiers/sandbox_values.py`); `values.py` turns it into gold and
+canonical texts in the trainer. A check's gold value and an answer never share a job.
+"""
+from typing import Sequence
 
 from compassplay_jax.verifiers import sandbox
 
 # None: the pool's SandboxLimits.timeout_s (AZR uses 10 s, the default).
 CHECK_TIMEOUT_S = None
+# AZR's determinism check: two calls on freshly built arguments.
+GOLD_CALLS = 2
 
 
-@functools.lru_cache(maxsize=1)
-def prelude_source() -> str:
-  return pathlib.Path(__file__).with_name("sandbox_prelude.py").read_text()
+def gold_output_job(program: str, args: str, timeout_s=CHECK_TIMEOUT_S) -> sandbox.CallJob:
+  """f(args) twice; the input may use the program's plain-data globals."""
+  return sandbox.CallJob(program=program, entries=(("call", args, GOLD_CALLS),), names=True,
+                         timeout_s=timeout_s)
 
 
-def make_job(body: str, result_expr: str, timeout_s=CHECK_TIMEOUT_S) -> sandbox.Job:
-  """Prelude + body; untrusted text must only reach `body` through repr() literals."""
-  return sandbox.Job(code=body, expr=result_expr, timeout_s=timeout_s, prelude=prelude_source())
+def gold_outputs_job(program: str, inputs: Sequence[str],
+                     timeout_s=CHECK_TIMEOUT_S) -> sandbox.CallJob:
+  """f(x) twice for each input x (induction validation)."""
+  return sandbox.CallJob(program=program, entries=tuple(("call", a, GOLD_CALLS) for a in inputs),
+                         names=True, timeout_s=timeout_s)
 
 
-def gold_output_job(program: str, args: str) -> sandbox.Job:
-  """Runs AZR's determinism check; value_text is the (truncated) gold output repr."""
-  body = (f"_cp_ns = _cp_run_program({program!r})\n"
-          f"_cp_out = _cp_gold_output(_cp_ns['f'], {args!r}, _cp_plain_names(_cp_ns))\n")
-  return make_job(body, "_cp_out")
+def values_job(value_texts: Sequence[str], timeout_s=CHECK_TIMEOUT_S) -> sandbox.CallJob:
+  """Each text evaluated as a plain value expression (no program: gold texts, deduction answers)."""
+  return sandbox.CallJob(program=None, entries=tuple(("value", t, 1) for t in value_texts),
+                         timeout_s=timeout_s)
 
 
-def gold_outputs_job(program: str, inputs) -> sandbox.Job:
-  """Determinism check for each input; value_text is a JSON list of gold reprs."""
-  body = (f"_cp_ns = _cp_run_program({program!r})\n"
-          f"_cp_names = _cp_plain_names(_cp_ns)\n"
-          f"_cp_out = _cp_dumps([_cp_gold_output(_cp_ns['f'], a, _cp_names) "
-          f"for a in {list(inputs)!r}])\n")
-  return make_job(body, "_cp_out")
+def answer_call_job(program: str, args: str, timeout_s=CHECK_TIMEOUT_S) -> sandbox.CallJob:
+  """f(answer) once for an abduction answer (it may use the program's plain-data globals)."""
+  return sandbox.CallJob(program=program, entries=(("call", args, 1),), names=True,
+                         timeout_s=timeout_s)
 
 
-def canon_values_job(value_texts) -> sandbox.Job:
-  """Canonical text of each value expression (no program); JSON list, '!Reason' on failure."""
-  body = (f"_cp_out = _cp_dumps([_cp_canon_or_reason(lambda t=t: _cp_eval(t)) "
-          f"for t in {list(value_texts)!r}])\n")
-  return make_job(body, "_cp_out")
-
-
-def canon_call_job(program: str, args: str) -> sandbox.Job:
-  """Canonical text of f(args) for the program's f; JSON list with one entry."""
-  body = (f"_cp_ns = _cp_run_program({program!r})\n"
-          f"_cp_names = _cp_plain_names(_cp_ns)\n"
-          f"def _cp_call():\n"
-          f"  a, k = _cp_call_args({args!r}, _cp_names)\n"
-          f"  return _cp_ns['f'](*a, **k)\n"
-          f"_cp_out = _cp_dumps([_cp_canon_or_reason(_cp_call)])\n")
-  return make_job(body, "_cp_out")
-
-
-def canon_calls_job(program: str, inputs) -> sandbox.Job:
-  """Canonical text of f(x) for each input x (no names from the program); JSON list."""
-  body = (f"_cp_ns = _cp_run_program({program!r})\n"
-          f"def _cp_call(a):\n"
-          f"  args, kwargs = _cp_call_args(a)\n"
-          f"  return _cp_ns['f'](*args, **kwargs)\n"
-          f"_cp_out = _cp_dumps([_cp_canon_or_reason(lambda a=a: _cp_call(a)) "
-          f"for a in {list(inputs)!r}])\n")
-  return make_job(body, "_cp_out")
+def answer_calls_job(program: str, inputs: Sequence[str],
+                     timeout_s=CHECK_TIMEOUT_S) -> sandbox.CallJob:
+  """The solver's f on each hidden input (induction; the inputs use no names of the program)."""
+  return sandbox.CallJob(program=program, entries=tuple(("call", a, 1) for a in inputs),
+                         timeout_s=timeout_s)

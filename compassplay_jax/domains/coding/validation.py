@@ -5,8 +5,13 @@ defining exactly one function (renamed to `f`), no banned or dynamic imports,
 no `input(` call, an input that is a plain value expression, and runs
 deterministically (two calls on fresh arguments agree by != and by repr). The
 gold output is repr(f(input)).strip(), truncated to 200 + '...' + 200 chars
-beyond 400 as in AZR. Programs also pass `static_rules` (no way to reach the
-interpreter internals the trusted helpers use).
+beyond 400 as in AZR. Programs also pass `static_rules` (allow-listed modules
+and builtins, no way to reach the interpreter's internals).
+
+The sandbox returns what f returned as plain data (never text the program could
+write); determinism, repr, truncation and text validity are decided here
+(`values.gold_output`), and every text a task records is valid UTF-8, so no
+recorded field can break the tokenizer.
 
 Model output never makes these functions raise: any failure of a parse, a
 sandbox run or a JSON step becomes an invalid verdict with a reason, counted in
@@ -20,6 +25,7 @@ from compassplay_jax.domains.coding import jobs
 from compassplay_jax.domains.coding import parsing
 from compassplay_jax.domains.coding import static_rules
 from compassplay_jax.domains.coding import tasks
+from compassplay_jax.domains.coding import values
 from compassplay_jax.domains.coding import verdict_stats
 
 # AZR's banned_words (azr_ppo_trainer.yaml), matched against dotted import components.
@@ -158,6 +164,13 @@ def _failure(result) -> str:
   return f"{result.status}: {result.error_type}: {(result.error_message or '')[:200]}"
 
 
+def _text_reason(*texts) -> Optional[str]:
+  """A recorded text that is not valid UTF-8 (a lone surrogate would break the tokenizer)."""
+  if not all(values.is_text(t) for t in texts):
+    return "text is not valid UTF-8"
+  return None
+
+
 def _invalid(reason: str) -> Result:
   verdict_stats.count("validation", reason)
   return False, reason, None
@@ -176,6 +189,7 @@ def validate_io_batch(pool, items, **static_kwargs):
         reason = f"input is {type(args).__name__}, not str"
       if reason is None and len(args) > MAX_INPUT_CHARS:
         reason = f"input longer than {MAX_INPUT_CHARS} chars"
+      reason = reason or _text_reason(program, args)
     except Exception as e:  # pylint: disable=broad-except  (a bug here must not stop training)
       reason = f"static check failed: {type(e).__name__}"
     if reason is not None:
@@ -184,10 +198,14 @@ def validate_io_batch(pool, items, **static_kwargs):
       pending.append((i, task_type, program, args))
   results = pool.run_batch([jobs.gold_output_job(p, a) for _, _, p, a in pending])
   for (i, task_type, program, args), result in zip(pending, results):
-    if not result.ok or not isinstance(result.value_text, str):
+    if not result.ok or result.outcomes is None:
       outcomes[i] = _invalid(_failure(result))
       continue
-    task = tasks.CodingTask(type=task_type, program=program, input=args, output=result.value_text,
+    gold, reason = values.gold_output(*result.outcomes[0])
+    if gold is None:
+      outcomes[i] = _invalid(reason)
+      continue
+    task = tasks.CodingTask(type=task_type, program=program, input=args, output=gold,
                             imports=import_lines(program))
     verdict_stats.count("validation", "ok")
     outcomes[i] = (True, "ok", task)
@@ -230,12 +248,20 @@ def _validate_proposal(pool, task_type, response, source_program, num_inputs, st
   inputs, message = parsed
   if any(len(text) > MAX_INPUT_CHARS for text in inputs):
     return _invalid(f"an input is longer than {MAX_INPUT_CHARS} chars")
+  reason = _text_reason(message, *inputs)
+  if reason:
+    return _invalid(reason)
   result = pool.run(jobs.gold_outputs_job(source_program, inputs))
-  if not result.ok or not isinstance(result.value_text, str):
+  if not result.ok or result.outcomes is None:
     return _invalid(_failure(result))
-  outputs = parsing.json_string_list(result.value_text, len(inputs))
-  if outputs is None:
+  if len(result.outcomes) != len(inputs):
     return _invalid("sandbox returned malformed outputs")
+  outputs = []
+  for first, second in result.outcomes:
+    gold, reason = values.gold_output(first, second)
+    if gold is None:
+      return _invalid(reason)
+    outputs.append(gold)
   task = tasks.CodingTask(type=tasks.INDUCTION, program=source_program, inputs=tuple(inputs),
                           outputs=tuple(outputs), message=message,
                           imports=import_lines(source_program), num_visible=len(inputs) // 2)

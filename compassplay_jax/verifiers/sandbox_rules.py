@@ -1,0 +1,303 @@
+"""What a restricted program may name: allow-lists and the source rules (stdlib only, no execution).
+
+The coding checks run every program (a proposer's `f`, an induction solver's answer) under the
+restricted runtime of `sandbox_runtime.py`. Its capabilities are exactly what is listed here:
+
+- ALLOWED_BUILTINS: pure builtins (no `open`, `getattr`, `vars`, `eval`, `__import__`, `id`, ...);
+- ALLOWED_MODULES: stdlib modules and, per module, the names a program may use; `import m` gives a
+  fresh module object holding only those names (so `typing.sys`, `dataclasses.inspect` do not exist);
+- `program_reason(tree)`: the source rules. The only ways from an allowed object to the interpreter's
+  internals are attribute names starting with "_" (`__globals__`, `__subclasses__`, `_getframe`),
+  the frame/code/traceback attributes (`f_back`, `gi_frame`, `tb_frame`, `co_consts`), and reading
+  attributes by a computed name; the rules refuse the first two and the runtime offers no function
+  for the third (`getattr`, `attrgetter`, `vars`, `inspect`, `string.Formatter` are not there),
+  and `match` statements, whose class patterns read attributes by name, are refused;
+- `value_reason(tree, names)`: the rules for value expressions (answers, inputs): literals,
+  arithmetic, comprehensions, lambdas, a few pure builtins, public methods.
+
+Imported by the trainer (`domains/coding/static_rules.py` gives the same reasons before a job is
+sent) and, as a plain script, by the sandbox zygote (the job process applies the same rules to the
+tree it compiles). It must not import the package.
+"""
+import _ast
+import builtins
+import functools
+import importlib
+import re
+
+# Pure builtins; every exception class is added below. `__build_class__` (class statements) and the
+# restricted `__import__` are added by the runtime, never named by a program.
+ALLOWED_BUILTINS = frozenset((
+    "abs", "all", "any", "ascii", "bin", "bool", "bytearray", "bytes", "callable", "chr",
+    "classmethod", "complex", "dict", "divmod", "enumerate", "filter", "float", "format", "frozenset",
+    "hasattr", "hash", "hex", "int", "isinstance", "issubclass", "iter", "len", "list", "map", "max",
+    "min", "next", "object", "oct", "ord", "pow", "print", "property", "range", "repr", "reversed",
+    "round", "set", "slice", "sorted", "staticmethod", "str", "sum", "super", "tuple", "type", "zip",
+    "Ellipsis", "NotImplemented") + tuple(
+        name for name, value in vars(builtins).items()
+        if isinstance(value, type) and issubclass(value, BaseException)))
+
+ALL_PUBLIC = "*"  # Every public, non-module attribute of the module.
+# Module -> names a program may use: ALL_PUBLIC (minus EXCLUDED_NAMES) or a tuple. Left out on
+# purpose: anything reading attributes by a computed name (operator.attrgetter/methodcaller,
+# string.Formatter, dataclasses, functools.singledispatch/wraps, typing.get_type_hints, inspect),
+# clocks and randomness (time, datetime, random: AZR bans them too), I/O, processes and code loading.
+ALLOWED_MODULES = {
+    "math": ALL_PUBLIC,
+    "cmath": ALL_PUBLIC,
+    "itertools": ALL_PUBLIC,
+    "heapq": ALL_PUBLIC,
+    "bisect": ALL_PUBLIC,
+    "operator": ALL_PUBLIC,
+    "collections": ("Counter", "defaultdict", "deque", "OrderedDict", "namedtuple", "ChainMap"),
+    "functools": ("reduce", "lru_cache", "cache", "partial", "cmp_to_key", "total_ordering",
+                  "cached_property"),
+    "re": ("compile", "search", "match", "fullmatch", "split", "findall", "finditer", "sub", "subn",
+           "escape", "error", "IGNORECASE", "I", "MULTILINE", "M", "DOTALL", "S", "VERBOSE", "X",
+           "ASCII", "A", "UNICODE", "U"),
+    "string": ("ascii_letters", "ascii_lowercase", "ascii_uppercase", "digits", "hexdigits",
+               "octdigits", "punctuation", "printable", "whitespace", "capwords"),
+    "fractions": ("Fraction",),
+    "decimal": ("Decimal", "getcontext", "localcontext", "Context", "InvalidOperation",
+                "DivisionByZero", "ROUND_HALF_UP", "ROUND_HALF_EVEN", "ROUND_HALF_DOWN",
+                "ROUND_UP", "ROUND_DOWN", "ROUND_CEILING", "ROUND_FLOOR", "ROUND_05UP"),
+    "statistics": ("mean", "fmean", "geometric_mean", "harmonic_mean", "median", "median_low",
+                   "median_high", "median_grouped", "mode", "multimode", "pstdev", "pvariance",
+                   "stdev", "variance", "quantiles", "StatisticsError"),
+    "typing": ("Any", "Callable", "Dict", "FrozenSet", "Generator", "Iterable", "Iterator", "List",
+               "Mapping", "Optional", "Sequence", "Set", "Tuple", "Union", "DefaultDict", "Deque",
+               "Hashable", "TypeVar"),
+    "json": ("loads", "dumps", "JSONDecodeError"),
+    "copy": ("copy", "deepcopy"),
+    "array": ("array",),
+    "unicodedata": ("category", "name", "lookup", "numeric", "digit", "decimal", "normalize",
+                    "bidirectional", "combining", "east_asian_width", "mirrored", "decomposition"),
+    "textwrap": ("wrap", "fill", "dedent", "indent", "shorten"),
+}
+EXCLUDED_NAMES = {"operator": frozenset(("attrgetter", "methodcaller"))}
+
+# Names no program may use, not even for its own variables (the runtime does not have them either).
+# Other builtins outside ALLOWED_BUILTINS (`open`, `input`, `id`, ...) are refused where the program
+# reads them without binding them itself.
+BANNED_NAMES = frozenset(("getattr", "setattr", "delattr", "vars", "globals", "locals", "eval",
+                          "exec", "compile", "breakpoint"))
+# Attribute names that reach internals (besides every name starting with "_").
+BANNED_ATTRS = frozenset(("mro", "attrgetter", "methodcaller", "get_field",
+                          "get_value", "get_type_hints", "ForwardRef", "Formatter"))
+_BANNED_ATTR_PREFIX = re.compile(r"^(_|f_|gi_|cr_|ag_|tb_|co_)")
+_DUNDER = re.compile(r"^__.*[A-Za-z0-9]")
+_DUNDER_IN_TEXT = re.compile(r"__[A-Za-z0-9_]*[A-Za-z0-9]__")
+_FORMAT_FIELD_TO_PRIVATE = re.compile(r"\{[^{}]*[.\[]\s*_")
+MAX_DEPTH = 400  # AST nesting; real programs stay far below (CRUXEval, AZR seeds: < 50).
+
+
+def module_names(module_name, module=None):
+  """The names `module_name` offers a restricted program (imports the real module when needed)."""
+  if module is None:
+    return _module_names(module_name)
+  return _names_of(module_name, module)
+
+
+@functools.lru_cache(maxsize=None)
+def _module_names(module_name):
+  allowed = ALLOWED_MODULES[module_name]
+  return _names_of(module_name, None if allowed != ALL_PUBLIC else
+                   importlib.import_module(module_name))
+
+
+def _names_of(module_name, module):
+  allowed = ALLOWED_MODULES[module_name]
+  if allowed != ALL_PUBLIC:
+    return frozenset(allowed)
+  excluded = EXCLUDED_NAMES.get(module_name, frozenset())
+  return frozenset(name for name, value in vars(module).items()
+                   if not name.startswith("_") and name not in excluded
+                   and type(value) is not type(builtins))
+
+
+def walk(tree):
+  """Every node of an AST (iterative; no lookup in the ast module)."""
+  todo = [tree]
+  while todo:
+    node = todo.pop()
+    yield node
+    for field in type(node)._fields:
+      value = getattr(node, field, None)
+      if type(value) is list:
+        todo.extend(v for v in value if isinstance(v, _ast.AST))
+      elif isinstance(value, _ast.AST):
+        todo.append(value)
+
+
+def depth(tree):
+  """The AST's nesting depth (iterative)."""
+  deepest, todo = 0, [(tree, 1)]
+  while todo:
+    node, level = todo.pop()
+    deepest = max(deepest, level)
+    for field in type(node)._fields:
+      value = getattr(node, field, None)
+      if type(value) is list:
+        todo.extend((v, level + 1) for v in value if isinstance(v, _ast.AST))
+      elif isinstance(value, _ast.AST):
+        todo.append((value, level + 1))
+  return deepest
+
+
+def _name_reason(name):
+  if name in BANNED_NAMES:
+    return f"name {name!r} is not available"
+  if _DUNDER.match(name):
+    return f"dunder name {name!r} is not allowed"
+  return None
+
+
+def _attr_reason(attr):
+  if _BANNED_ATTR_PREFIX.match(attr) or attr in BANNED_ATTRS:
+    return f"attribute {attr!r} is not allowed"
+  return None
+
+
+def _text_reason(value):
+  if _DUNDER_IN_TEXT.search(value):
+    return "a dunder name inside a string is not allowed"
+  if _FORMAT_FIELD_TO_PRIVATE.search(value):
+    return "a format field reaching a '_' attribute is not allowed"
+  return None
+
+
+def _import_reason(node, aliases, module_names_of):
+  if isinstance(node, _ast.Import):
+    for alias in node.names:
+      if alias.name not in ALLOWED_MODULES:
+        return f"module {alias.name!r} is not available"
+      if alias.asname:
+        aliases[alias.asname] = alias.name
+      else:
+        aliases[alias.name] = alias.name
+    return None
+  if node.level:
+    return "relative imports are not available"
+  if node.module not in ALLOWED_MODULES:
+    return f"module {node.module!r} is not available"
+  offered = module_names_of(node.module)
+  for alias in node.names:
+    if alias.name != "*" and alias.name not in offered:
+      return f"name {alias.name!r} of module {node.module!r} is not available"
+  return None
+
+
+def _bound_names(tree):
+  """Every name the program binds anywhere (assignments, defs, arguments, imports, handlers)."""
+  bound = set()
+  for node in walk(tree):
+    if isinstance(node, _ast.Name) and not isinstance(node.ctx, _ast.Load):
+      bound.add(node.id)
+    elif isinstance(node, (_ast.FunctionDef, _ast.AsyncFunctionDef, _ast.ClassDef)):
+      bound.add(node.name)
+    elif isinstance(node, _ast.arg):
+      bound.add(node.arg)
+    elif isinstance(node, (_ast.Import, _ast.ImportFrom)):
+      bound.update((a.asname or a.name.split(".")[0]) for a in node.names)
+    elif isinstance(node, _ast.ExceptHandler) and node.name:
+      bound.add(node.name)
+    elif isinstance(node, (_ast.Global, _ast.Nonlocal)):
+      bound.update(node.names)
+  return bound
+
+
+def program_reason(tree, module_names_of=module_names):
+  """Why a program could reach the interpreter's internals or a capability; None when it cannot.
+
+  tree: the program's parsed module (ast.parse, or compile(..., PyCF_ONLY_AST)).
+  """
+  if depth(tree) > MAX_DEPTH:
+    return f"nested deeper than {MAX_DEPTH}"
+  aliases = {}
+  for node in walk(tree):
+    if isinstance(node, (_ast.Import, _ast.ImportFrom)):
+      reason = _import_reason(node, aliases, module_names_of)
+      for alias in node.names:
+        reason = reason or (_name_reason(alias.asname) if alias.asname else None)
+      if reason:
+        return reason
+  bound = _bound_names(tree)
+  builtin_names = set(vars(builtins))
+  for node in walk(tree):
+    reason = None
+    if isinstance(node, _ast.Name):
+      reason = _name_reason(node.id)
+      if (reason is None and isinstance(node.ctx, _ast.Load) and node.id not in bound
+          and node.id in builtin_names and node.id not in ALLOWED_BUILTINS):
+        reason = f"name {node.id!r} is not available"
+    elif isinstance(node, _ast.Attribute):
+      reason = _attr_reason(node.attr)
+      if reason is None and not isinstance(node.ctx, _ast.Load):
+        reason = "assigning or deleting an attribute is not allowed"
+      if (reason is None and isinstance(node.value, _ast.Name) and node.value.id in aliases
+          and node.attr not in module_names_of(aliases[node.value.id])):
+        reason = f"name {node.attr!r} of module {aliases[node.value.id]!r} is not available"
+    elif isinstance(node, (_ast.FunctionDef, _ast.AsyncFunctionDef, _ast.ClassDef)):
+      reason = _name_reason(node.name)
+    elif isinstance(node, _ast.arg):
+      reason = _name_reason(node.arg)
+    elif isinstance(node, _ast.keyword) and node.arg is not None:
+      reason = _name_reason(node.arg)
+    elif isinstance(node, (_ast.Global, _ast.Nonlocal)):
+      for name in node.names:
+        reason = reason or _name_reason(name)
+    elif isinstance(node, _ast.Match):
+      reason = "match statements are not allowed (class patterns read attributes by name)"
+    elif isinstance(node, _ast.Constant) and isinstance(node.value, str):
+      reason = _text_reason(node.value)
+    if reason:
+      return reason
+  return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Value expressions: deduction answers, abduction answers, task inputs.
+
+# Builtins a value expression may call (pure constructors and functions).
+VALUE_CALLS = ("abs", "all", "any", "bin", "bool", "bytes", "chr", "complex", "dict", "divmod",
+               "enumerate", "filter", "float", "frozenset", "hex", "int", "len", "list", "map",
+               "max", "min", "oct", "ord", "pow", "range", "reversed", "round", "set", "slice",
+               "sorted", "str", "sum", "tuple", "zip")
+_VALUE_NODES = tuple(getattr(_ast, name) for name in (
+    "Expression", "Constant", "Tuple", "List", "Set", "Dict", "UnaryOp", "BinOp", "BoolOp",
+    "Compare", "IfExp", "Subscript", "Slice", "Starred", "Name", "Call", "Attribute", "Lambda",
+    "arguments", "arg", "keyword", "ListComp", "SetComp", "DictComp", "GeneratorExp",
+    "comprehension", "JoinedStr", "FormattedValue", "expr_context", "operator", "unaryop", "cmpop",
+    "boolop"))
+_VALUE_BAD_ATTR = re.compile(r"^(_|gi_|cr_|ag_|f_|tb_|co_)|^(format|format_map|mro)$")
+MAX_VALUE_CHARS = 100_000
+
+
+def value_reason(tree, names=()):
+  """Why an expression tree is not a plain value expression; None when it is.
+
+  names: the extra names it may use (plain-data globals of a program).
+  """
+  if depth(tree) > MAX_DEPTH:
+    return f"nested deeper than {MAX_DEPTH}"
+  bound = set()
+  for node in walk(tree):
+    if isinstance(node, _ast.arg):
+      bound.add(node.arg)
+    elif isinstance(node, _ast.comprehension):
+      bound.update(t.id for t in walk(node.target) if isinstance(t, _ast.Name))
+  for node in walk(tree):
+    if not isinstance(node, _VALUE_NODES):
+      return f"{type(node).__name__} is not allowed in a value"
+    if isinstance(node, _ast.Attribute) and _VALUE_BAD_ATTR.search(node.attr):
+      return f"attribute {node.attr!r} is not allowed in a value"
+    if isinstance(node, _ast.Name):
+      if node.id.startswith("_"):
+        return f"name {node.id!r} is not allowed in a value"
+      if node.id not in bound and node.id not in names and node.id not in VALUE_CALLS:
+        return f"unknown name {node.id!r}"
+    if isinstance(node, _ast.arguments) and (node.vararg or node.kwarg or node.kw_defaults
+                                              or node.defaults or node.posonlyargs
+                                              or node.kwonlyargs):
+      return "lambda defaults and *args are not allowed in a value"
+  return None

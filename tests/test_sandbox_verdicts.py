@@ -265,3 +265,31 @@ def test_induction_hidden_outputs_do_not_leak_through_metadata(pool, marked_file
   else:
     assert task.outputs == tuple(str((i * 7 + 3) % 16) for i in range(10)), reason
   assert checking.check_answers(pool, task, [_reading_solver(marked_files)]) == [False]
+
+
+def test_jobs_see_a_read_only_reduced_host(pool, marked_files):
+  """Nothing a job can reach changes, and no host-wide kernel view is there: /proc and /sys are
+  empty, /dev holds five devices, a world-writable file outside the job's tmpfs cannot be written
+  or touched (on 73bfe6e it could: a channel to every later job)."""
+  shared = marked_files / "world_writable"
+  shared.write_text("0")
+  os.chmod(shared, 0o666)
+  r = pool.run(Job(code=textwrap.dedent(f"""\
+      import os
+      seen = {{'proc': os.listdir('/proc'), 'sys': os.listdir('/sys'),
+              'dev': sorted(os.listdir('/dev'))}}
+      for name, act in (('write', lambda: open({str(shared)!r}, 'w').write('1')),
+                        ('utime', lambda: os.utime({str(shared)!r}, (0, 0))),
+                        ('var_tmp', lambda: open('/var/tmp/x', 'w').write('1'))):
+          try:
+              act()
+              seen[name] = 'done'
+          except OSError as e:
+              seen[name] = e.errno
+      """), expr="seen"))
+  assert r.ok, r
+  import errno  # pylint: disable=import-outside-toplevel
+  assert eval(r.value_repr) == {  # Test-only eval of our own job's dict of lists and ints.
+      "proc": [], "sys": [], "dev": ["full", "null", "random", "shm", "urandom", "zero"],
+      "write": errno.EROFS, "utime": errno.EROFS, "var_tmp": errno.EROFS}, r.value_repr
+  assert shared.read_text() == "0"

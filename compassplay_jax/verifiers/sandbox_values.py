@@ -112,18 +112,19 @@ def make_encoder(max_depth=MAX_DEPTH):
                  + int_repr(range_step(value)) + ";")
       else:
         tag = None
-        for container, letter in sequences:
+        for container, letter in sequences + mappings:
           if kind is container:
             tag = letter
-            items = tuple_(value)
             break
-        else:
-          for container, letter in mappings:
-            if kind is container:
-              tag = letter
-              pairs = tuple_(odict_items(value) if kind is odict else dict_items(value))
-              items = tuple_(x for pair in pairs for x in pair)
-              break
+        if tag is not None:
+          # Every item takes at least one char: size first, before copying a huge container.
+          if len_(value) > max_chars - size:
+            raise TooLarge(f"{type_name(kind)} of {len_(value)} items")
+          if tag in "DCOY":
+            pairs = tuple_(odict_items(value) if kind is odict else dict_items(value))
+            items = tuple_(x for pair in pairs for x in pair)
+          else:
+            items = tuple_(value)
         if tag is None:
           raise NotPlain(type_name(kind))
         if level >= max_depth:

@@ -9,6 +9,12 @@ Layouts (sharding.py's rules): params, gradients, g_ref and optimizer moments by
 rows and per-example outputs over (data, fsdp); scalars replicated. Host data enters through
 `put_batch`, which builds global arrays from what every process holds (each process hands over only
 its own devices' rows), so the same calls work on one host and across hosts.
+
+Each device function `f` that is one jitted program has a builder `f_jit(...)` returning the jit
+(with its in/out shardings and donation) that `f` calls for those argument shapes; arguments may be
+ShapeDtypeStructs, so memory_report lowers and compiles exactly the programs a run compiles
+(`abstract_train_state` gives the train step's abstract inputs). The sampler's are
+`ShardedSampler.prefill_jit` / `decode_jit`; the bucketed train step is several jits and has none.
 """
 from __future__ import annotations
 
@@ -109,6 +115,15 @@ class Engine:
     """params on the mesh by the rules (a no-op for arrays already laid out so)."""
     return jax.device_put(params, self.param_shardings(params))
 
+  def abstract_train_state(self, params):
+    """What init_train_state returns for `params` (real or abstract), as sharded ShapeDtypeStructs:
+    nothing is allocated (memory_report's train-step inputs)."""
+    params = jax.eval_shape(lambda p: train_lib.init_train_state(p, self.settings.train, optimizer=_NoState())[0],
+                            params)
+    opt_state = jax.eval_shape(self.optimizer.init, params)
+    return (sh.abstract_sharded(params, self.param_shardings(params)),
+            sh.abstract_sharded(opt_state, self.opt_shardings(opt_state)))
+
   def init_train_state(self, params):
     """(params, opt_state) on the mesh: fp32 masters when configured, optimizer state sharded like them."""
     params = self.place_params(params)
@@ -138,20 +153,32 @@ class Engine:
       self._jitted[name] = build()
     return self._jitted[name]
 
+  def reward_micro_batch(self, rows: int) -> int:
+    """Rows per forward/backward of g_ref, a cosine pass or a held-out loss over `rows` rows."""
+    return min(self.settings.reward_micro_batch, sh.round_to_mesh(rows, self.mesh))
+
   def reference_gradient(self, params, tokens, loss_mask, attention_mask):
     """g_ref at `params` over a reference set (rows: a multiple of data*fsdp), stored like the params."""
-    mb = min(self.settings.reward_micro_batch, sh.round_to_mesh(tokens.shape[0], self.mesh))
+    return self.reference_gradient_jit(params, tokens.shape[0])(params, tokens, loss_mask, attention_mask)
+
+  def reference_gradient_jit(self, params, rows: int):
+    """The jitted `(params, tokens, loss_mask, attention_mask) -> g_ref` for `rows` reference rows."""
+    mb = self.reward_micro_batch(rows)
 
     def build():
       p_sh = self.param_shardings(params)
       fn = lambda p, t, lm, am: reference_lib.reference_gradient(self.graphdef, p, t, lm, am, micro_batch=mb)
       return jax.jit(fn, in_shardings=(p_sh, self.rows, self.rows, self.rows), out_shardings=p_sh)
-    return self._cached(("reference", mb), build)(params, tokens, loss_mask, attention_mask)
+    return self._cached(("reference", mb), build)
 
   def cosines(self, params, g_ref, tokens, loss_mask, attention_mask) -> cosines_lib.CosineResult:
     """Cosines of each row's loss gradient with g_ref; per-example outputs over (data, fsdp)."""
+    return self.cosines_jit(params, tokens.shape[0])(params, g_ref, tokens, loss_mask, attention_mask)
+
+  def cosines_jit(self, params, rows: int):
+    """The jitted `(params, g_ref, tokens, loss_mask, attention_mask) -> CosineResult` for `rows` candidates."""
     s = self.settings
-    mb = min(s.reward_micro_batch, sh.round_to_mesh(tokens.shape[0], self.mesh))
+    mb = self.reward_micro_batch(rows)
 
     def build():
       p_sh = self.param_shardings(params)
@@ -162,44 +189,57 @@ class Engine:
                                      ref_sq_norm=self.repl, has_loss_tokens=self.rows)
       # Nothing donated: outputs are (N,) vectors, and params / g_ref live on.
       return jax.jit(fn, in_shardings=(p_sh, p_sh, self.rows, self.rows, self.rows), out_shardings=out)
-    return self._cached(("cosines", mb), build)(params, g_ref, tokens, loss_mask, attention_mask)
+    return self._cached(("cosines", mb), build)
 
   def mean_loss(self, params, tokens, loss_mask, attention_mask):
     """Mean per-sequence loss over the rows with loss tokens at `params`, forward only (rows: a multiple
     of data*fsdp), a scalar: SOAR's held-out loss and the session's reference loss (rewards/soar.py)."""
-    mb = min(self.settings.reward_micro_batch, sh.round_to_mesh(tokens.shape[0], self.mesh))
+    return self.mean_loss_jit(params, tokens.shape[0])(params, tokens, loss_mask, attention_mask)
+
+  def mean_loss_jit(self, params, rows: int):
+    """The jitted `(params, tokens, loss_mask, attention_mask) -> mean loss` for `rows` rows."""
+    mb = self.reward_micro_batch(rows)
 
     def build():
       fn = lambda p, t, lm, am: soar_lib.heldout_loss(self.graphdef, p, t, lm, am, micro_batch=mb)
       return jax.jit(fn, in_shardings=(self.param_shardings(params), self.rows, self.rows, self.rows),
                      out_shardings=self.repl)
-    return self._cached(("mean_loss", mb), build)(params, tokens, loss_mask, attention_mask)
+    return self._cached(("mean_loss", mb), build)
 
   def soar_trained_heldout_loss(self, params, train: dict, heldout: dict, *, steps: int, learning_rate: float):
     """SOAR's held-out loss after `steps` SGD steps of a copy of `params` on the `train` rows (a group's
     verified tasks); placed batches with tokens / loss_mask / attention_mask. Nothing is donated:
     the outer params are read, never written."""
-    mb = min(self.settings.reward_micro_batch, sh.round_to_mesh(train["tokens"].shape[0], self.mesh))
     names = ("tokens", "loss_mask", "attention_mask")
+    fn = self.soar_trained_heldout_loss_jit(params, train["tokens"].shape[0], steps)
+    lr = np.asarray(learning_rate, np.float32)
+    return fn(params, lr, *(train[k] for k in names), *(heldout[k] for k in names))
+
+  def soar_trained_heldout_loss_jit(self, params, rows: int, steps: int):
+    """The jitted `(params, learning_rate, train tokens / loss_mask / attention_mask, held-out ditto) ->
+    held-out loss` for `rows` train rows."""
+    mb = self.reward_micro_batch(rows)
 
     def build():
       fn = lambda p, lr, t, lm, am, ht, hlm, ham: soar_lib.trained_heldout_loss(
           self.graphdef, p, t, lm, am, ht, hlm, ham, steps=steps, learning_rate=lr, micro_batch=mb)
       return jax.jit(fn, in_shardings=(self.param_shardings(params), self.repl) + (self.rows,) * 6,
                      out_shardings=self.repl)
-    lr = np.asarray(learning_rate, np.float32)
-    return self._cached(("soar_trained", mb, int(steps)), build)(
-        params, lr, *(train[k] for k in names), *(heldout[k] for k in names))
+    return self._cached(("soar_trained", mb, int(steps)), build)
 
   def train_step(self, params, opt_state, batch, key):
     """One optimizer update on a padded batch (rows: a multiple of the train micro-batch); donates
     params and opt_state."""
+    return self.train_step_jit(params, opt_state)(params, opt_state, batch, key)
+
+  def train_step_jit(self, params, opt_state):
+    """The jitted `(params, opt_state, batch, key) -> (params, opt_state, metrics)` (one per Engine)."""
     def build():
       p_sh, o_sh = self.param_shardings(params), self.opt_shardings(opt_state)
       return train_lib.make_train_step(self.graphdef, self.settings.train, optimizer=self.optimizer, donate=True,
                                        in_shardings=(p_sh, o_sh, self.rows, self.repl),
                                        out_shardings=(p_sh, o_sh, self.repl))
-    return self._cached("train", build)(params, opt_state, batch, key)
+    return self._cached("train", build)
 
   def bucketed_train_step(self, params, opt_state, micro_batches: Sequence[dict], key, ref_params=None):
     """One optimizer update over micro-batches of different lengths (rl.train_step's bucketed step).
@@ -218,6 +258,10 @@ class Engine:
 
   def logprobs(self, params, tokens, attention_mask, micro_batch_size: int | None = None):
     """(B, T) token log-probs in the loss's alignment, `micro_batch_size` rows at a time (None: all)."""
+    return self.logprobs_jit(params, micro_batch_size)(params, tokens, attention_mask)
+
+  def logprobs_jit(self, params, micro_batch_size: int | None = None):
+    """The jitted `(params, tokens, attention_mask) -> (B, T) log-probs`."""
     t = self.settings.train
 
     def build():
@@ -225,7 +269,7 @@ class Engine:
                                        compute_dtype=t.compute_dtype,
                                        in_shardings=(self.param_shardings(params), self.rows, self.rows),
                                        out_shardings=self.rows)
-    return self._cached(("logprobs", micro_batch_size), build)(params, tokens, attention_mask)
+    return self._cached(("logprobs", micro_batch_size), build)
 
   def with_reference(self, ref_params, batch, micro_batch_size: int | None = None):
     """A placed batch plus `ref_logprobs`: the frozen reference policy's log-probs over the loss
@@ -310,6 +354,13 @@ class ShardedSampler:
     return sh.put_global(np.asarray(x), sharding)
 
   def prefill(self, graphdef, params, input_ids, prompt_mask, prompt_index, row_live, key, **static):
+    fn, in_sh = self.prefill_jit(graphdef, params, input_ids, prompt_mask, prompt_index, row_live, key, **static)
+    host = tuple(self._put(x, s) for x, s in zip((input_ids, prompt_mask, prompt_index, row_live), in_sh[1:5]))
+    return fn(params, *host, self._put(key, in_sh[5]))
+
+  def prefill_jit(self, graphdef, params, input_ids, prompt_mask, prompt_index, row_live, key, **static):
+    """(the jitted prefill `prefill` calls for these arguments' shapes, its in_shardings); the
+    arguments may be ShapeDtypeStructs."""
     args = (params, input_ids, prompt_mask, prompt_index, row_live, key)
     sig = ("prefill", graphdef, tuple(sorted(static.items())), tuple(_shape(x) for x in jax.tree.leaves(args[1:])))
     if sig not in self._cache:
@@ -319,11 +370,15 @@ class ShardedSampler:
       in_sh = (p_sh,) + tuple(self._rows(_shape(x)) for x in args[1:5]) + (sh.replicated(self.mesh),)
       self._cache[sig] = (jax.jit(fn, in_shardings=in_sh, out_shardings=decode_state_shardings(self.mesh, state)),
                           in_sh)
-    fn, in_sh = self._cache[sig]
-    host = tuple(self._put(x, s) for x, s in zip(args[1:5], in_sh[1:5]))
-    return fn(params, *host, self._put(key, in_sh[5]))
+    return self._cache[sig]
 
   def decode(self, graphdef, params, state, stop_at, host_done, **static):
+    fn, in_sh = self.decode_jit(graphdef, params, state, stop_at, host_done, **static)
+    return fn(params, state, self._put(stop_at, in_sh[2]), self._put(host_done, in_sh[3]))
+
+  def decode_jit(self, graphdef, params, state, stop_at, host_done, **static):
+    """(the jitted decode `decode` calls for this state's shapes, its in_shardings); the state is
+    donated. The arguments may be ShapeDtypeStructs."""
     sig = ("decode", graphdef, tuple(sorted(static.items())),
            tuple(_shape(x) for x in jax.tree.leaves((state, host_done))))
     if sig not in self._cache:
@@ -332,8 +387,7 @@ class ShardedSampler:
       s_sh = decode_state_shardings(self.mesh, state)
       in_sh = (p_sh, s_sh, sh.replicated(self.mesh), self._rows(_shape(host_done)))
       self._cache[sig] = (jax.jit(fn, in_shardings=in_sh, out_shardings=s_sh, donate_argnums=(1,)), in_sh)
-    fn, in_sh = self._cache[sig]
-    return fn(params, state, self._put(stop_at, in_sh[2]), self._put(host_done, in_sh[3]))
+    return self._cache[sig]
 
 
 def _shape(x) -> tuple[int, ...]:

@@ -4,9 +4,12 @@
 compiles each device function of the paper step on its own (sampler prefill and decode, g_ref,
 cosines of N candidates, train step) and says whether each fits the device, else which knob to turn.
 
-Nothing is allocated: parameters, optimizer state, the reference gradient and the batch are
-ShapeDtypeStructs carrying their shardings, and each step is lowered and compiled for the mesh
-(`jax.jit(...).lower(...).compile().memory_analysis()`). Parameter, optimizer-state and
+Every function compiled is the run's own: `workload_engine` builds the engine.Engine a run would
+build for the workload, and each row lowers that engine's jitted function (`Engine.train_step_jit`,
+`reference_gradient_jit`, `cosines_jit`, `ShardedSampler.prefill_jit` / `decode_jit`) with its
+in/out shardings and donation. Nothing is allocated: parameters, optimizer state, the reference
+gradient and the batch are ShapeDtypeStructs carrying their shardings, and each step is lowered and
+compiled for the mesh (`jitted.lower(...).compile().memory_analysis()`). Parameter, optimizer-state and
 reference-gradient bytes are exact (sum of each leaf's shard); "temp" is XLA's own figure for the
 compiled program on the backend that compiled it (CPU figures approximate GPU/TPU ones: fusion and
 layout choices differ).
@@ -109,6 +112,33 @@ def _compiled_memory(compiled) -> dict[str, int]:
   return out
 
 
+def workload_engine(cfg: ModelConfig, mesh, work: Workload, train_cfg=None, reward_method: str = "fused"):
+  """(the run's engine.Engine for `work` on `mesh`, the model's abstract params): built from shapes
+  only, nothing allocated. Every function below lowers this engine's own jitted functions (its
+  `*_jit` builders and its ShardedSampler's), so a report row is the program a run compiles.
+
+  Settings: `train_cfg` with the workload's train micro-batch, the workload's reward micro-batch (both
+  fitted to the mesh as a run fits them), cosine chunk = reward micro-batch (the fused pass chunks
+  within a micro-batch, so any config.reward.chunk_size at or above it, as in every shipped config,
+  compiles the same program).
+  """
+  from compassplay_jax import engine as engine_lib
+  from compassplay_jax.models import hf_io
+  from compassplay_jax.rl import train_step as train_lib
+  train_cfg = (train_cfg or train_lib.TrainConfig()).replace(micro_batch_size=work.train_micro_batch)
+  settings = engine_lib.EngineSettings(train=train_cfg, reward_method=reward_method,
+                                       reward_chunk_size=work.reward_micro_batch,
+                                       reward_micro_batch=work.reward_micro_batch)
+  graphdef, params = hf_io.abstract_model(cfg)
+  return engine_lib.Engine.build(graphdef, params, mesh, settings), params
+
+
+def _sharded_params(engine, params):
+  """The model's params (cfg.param_dtype) as ShapeDtypeStructs with the engine's shardings; g_ref has
+  the same layout."""
+  return sharding_lib.abstract_sharded(params, engine.param_shardings(params))
+
+
 def _abstract_batch(mesh, rows: int, seq_len: int, per_token_float: tuple[str, ...] = ()):
   bs2, bs1 = sharding_lib.batch_sharding(mesh, 2), sharding_lib.batch_sharding(mesh, 1)
   batch = {
@@ -121,80 +151,51 @@ def _abstract_batch(mesh, rows: int, seq_len: int, per_token_float: tuple[str, .
   return batch, bs1
 
 
-def abstract_train_state(cfg: ModelConfig, mesh, train_cfg=None):
-  """(graphdef, params, opt_state, their shardings, optimizer) as sharded ShapeDtypeStructs."""
-  from compassplay_jax.models import hf_io
-  from compassplay_jax.rl import train_step as train_lib
-  train_cfg = train_cfg or train_lib.TrainConfig()
-  optimizer = train_lib.make_optimizer(train_cfg)
-  graphdef, params = hf_io.abstract_model(cfg)
-  params = jax.eval_shape(lambda p: train_lib.init_train_state(p, train_cfg, optimizer)[0], params)
-  p_sh = sharding_lib.tree_shardings(params, mesh, cfg.head_dim)
-  opt_state = jax.eval_shape(optimizer.init, params)
-  o_sh = sharding_lib.tree_shardings(opt_state, mesh, cfg.head_dim, strict=False)
-  return (graphdef, sharding_lib.abstract_sharded(params, p_sh), sharding_lib.abstract_sharded(opt_state, o_sh),
-          p_sh, o_sh, optimizer)
+def _columns(batch):
+  return batch["tokens"], batch["loss_mask"], batch["attention_mask"]
 
 
-def compile_train_step(cfg: ModelConfig, mesh, work: Workload, train_cfg=None):
-  """The compiled train step for `work`'s batch, and its sharded abstract inputs."""
-  from compassplay_jax.rl import train_step as train_lib
-  train_cfg = (train_cfg or train_lib.TrainConfig()).replace(micro_batch_size=work.train_micro_batch)
-  graphdef, params, opt_state, p_sh, o_sh, optimizer = abstract_train_state(cfg, mesh, train_cfg)
+def lower_train_step(cfg: ModelConfig, mesh, work: Workload, train_cfg=None):
+  """The lowered train step (Engine.train_step's jit) for `work`'s batch, and its abstract (params, opt_state)."""
+  engine, params = workload_engine(cfg, mesh, work, train_cfg)
+  params, opt_state = engine.abstract_train_state(params)
   batch, bs1 = _abstract_batch(mesh, work.train_batch, work.seq_len, ("old_logprobs",))
   batch["advantages"] = jax.ShapeDtypeStruct((work.train_batch,), jnp.float32, sharding=bs1)
-  repl = sharding_lib.replicated(mesh)
-  key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=repl)
-  step = train_lib.make_train_step(
-      graphdef, train_cfg, optimizer=optimizer,
-      in_shardings=(p_sh, o_sh, sharding_lib.batch_tree_shardings(batch, mesh), repl),
-      out_shardings=(p_sh, o_sh, repl))
-  return step.lower(params, opt_state, batch, key).compile(), (params, opt_state)
+  key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=sharding_lib.replicated(mesh))
+  step = engine.train_step_jit(params, opt_state)
+  return step.lower(params, opt_state, batch, key), (params, opt_state)
 
 
-def reward_abstract_params(cfg: ModelConfig, mesh):
-  """The model's params (cfg.param_dtype) as sharded ShapeDtypeStructs; g_ref has the same layout."""
-  from compassplay_jax.models import hf_io
-  _, params = hf_io.abstract_model(cfg)
-  return sharding_lib.abstract_sharded(params, sharding_lib.tree_shardings(params, mesh, cfg.head_dim))
-
-
-def compile_reward_step(cfg: ModelConfig, mesh, work: Workload, method: str = "fused"):
-  """The compiled reward step (g_ref over the reference set, then the candidates' cosines)."""
-  from compassplay_jax.models import hf_io
-  graphdef, _ = hf_io.abstract_model(cfg)
-  params = reward_abstract_params(cfg, mesh)
+def lower_reward_step(cfg: ModelConfig, mesh, work: Workload, method: str = "fused"):
+  """The lowered reward step: Engine's g_ref over the reference set, then its cosines of the
+  candidates, in one program (the run calls the two separately: report_functions compiles each)."""
+  engine, params = workload_engine(cfg, mesh, work, reward_method=method)
+  params = _sharded_params(engine, params)
   p_sh = jax.tree.map(lambda x: x.sharding, params)
   ref_batch, _ = _abstract_batch(mesh, work.reference_size, work.seq_len)
   cand_batch, bs1 = _abstract_batch(mesh, work.reward_candidates, work.seq_len)
-  fn = reward_step_fn(graphdef, method, work.reward_micro_batch)
-  jitted = jax.jit(fn, in_shardings=(p_sh, sharding_lib.batch_tree_shardings(ref_batch, mesh),
-                                     sharding_lib.batch_tree_shardings(cand_batch, mesh)),
+  g_ref_fn = engine.reference_gradient_jit(params, work.reference_size)
+  cosines_fn = engine.cosines_jit(params, work.reward_candidates)
+
+  def reward_step(p, ref, cand):
+    g_ref = g_ref_fn(p, *_columns(ref))
+    return cosines_fn(p, g_ref, *_columns(cand)).cosines, g_ref
+
+  jitted = jax.jit(reward_step, in_shardings=(p_sh, sharding_lib.batch_tree_shardings(ref_batch, mesh),
+                                              sharding_lib.batch_tree_shardings(cand_batch, mesh)),
                    out_shardings=(bs1, p_sh))
-  return jitted.lower(params, ref_batch, cand_batch).compile(), params
+  return jitted.lower(params, ref_batch, cand_batch), params
 
 
-def reward_step_fn(graphdef, method: str, micro_batch: int):
-  """`(params, ref_batch, cand_batch) -> (cosines (N,), g_ref)`: one reward computation."""
-  from compassplay_jax.rewards import cosines, reference
-
-  def fn(params, ref, cand):
-    g_ref = reference.reference_gradient(graphdef, params, ref["tokens"], ref["loss_mask"], ref["attention_mask"],
-                                         micro_batch=micro_batch)
-    cos = cosines.gradient_cosines(graphdef, params, g_ref, cand["tokens"], cand["loss_mask"],
-                                   cand["attention_mask"], method=method, chunk_size=micro_batch,
-                                   micro_batch=micro_batch)
-    return cos.cosines, g_ref
-  return fn
-
-
-def _compile_or_oom(compile_fn):
-  """(compiled step's figures, its abstract inputs); a compiler out-of-memory verdict is a result too.
+def _compile_or_oom(lower_fn):
+  """(the compiled step's figures, its abstract inputs) from `lower_fn() -> (lowered, inputs)`; a
+  compiler out-of-memory verdict is a result too.
 
   The TPU compiler refuses programs that cannot fit its HBM; we record that as {"oom": message}.
   """
   try:
-    compiled, inputs = compile_fn()
+    lowered, inputs = lower_fn()
+    compiled = lowered.compile()
   except jax.errors.JaxRuntimeError as e:
     if "RESOURCE_EXHAUSTED" not in str(e):
       raise
@@ -204,10 +205,11 @@ def _compile_or_oom(compile_fn):
 
 def report(cfg: ModelConfig, mesh, work: Workload, reward_method: str = "fused", train_cfg=None) -> dict[str, Any]:
   """Per-device bytes: params, optimizer state, reference gradient, and each step's XLA figures."""
-  train, _ = _compile_or_oom(lambda: compile_train_step(cfg, mesh, work, train_cfg))
-  reward, _ = _compile_or_oom(lambda: compile_reward_step(cfg, mesh, work, reward_method))
-  _, params, opt_state, _, _, _ = abstract_train_state(cfg, mesh, train_cfg)
-  reward_params = reward_abstract_params(cfg, mesh)
+  train, _ = _compile_or_oom(lambda: lower_train_step(cfg, mesh, work, train_cfg))
+  reward, _ = _compile_or_oom(lambda: lower_reward_step(cfg, mesh, work, reward_method))
+  engine, model_params = workload_engine(cfg, mesh, work, train_cfg, reward_method)
+  params, opt_state = engine.abstract_train_state(model_params)
+  reward_params = _sharded_params(engine, model_params)
   return {
       "model": work.model,
       "mesh": sharding_lib.mesh_summary(mesh),
@@ -246,7 +248,7 @@ def format_table(rows: list[dict[str, Any]]) -> str:
 # ---- per-function report ------------------------------------------------------------------------------
 
 # Each device function the paper step runs, compiled on its own: the sampler's prefill and decode loop
-# (sampling/decode.py, jitted as engine.ShardedSampler does), g_ref over the reference set, fused
+# (sampling/decode.py, engine.ShardedSampler's jits), g_ref over the reference set, fused
 # cosines of 64 and of 256 candidates, and the train step.
 FUNCTIONS = ("prefill", "decode", "g_ref", "cos64", "cos256", "train")
 FUNCTION_ALIASES = {"sampler": ("prefill", "decode"), "cosines": ("cos64", "cos256"), "all": FUNCTIONS}
@@ -290,84 +292,50 @@ def _sampler_static(work: Workload):
 
 
 def _sampler_prefill(cfg: ModelConfig, mesh, work: Workload):
-  """(jitted prefill, its abstract args) as engine.ShardedSampler builds it."""
-  from jax.sharding import NamedSharding
-  from jax.sharding import PartitionSpec as P
-
-  from compassplay_jax import engine as engine_lib
-  from compassplay_jax.models import hf_io
-  from compassplay_jax.sampling import decode as decode_lib
-  graphdef, _ = hf_io.abstract_model(cfg)
-  params = reward_abstract_params(cfg, mesh)
-  p_sh = jax.tree.map(lambda x: x.sharding, params)
+  """(engine, the sampler's jitted prefill, its abstract args) as a run's engine.ShardedSampler builds it."""
+  engine, params = workload_engine(cfg, mesh, work)
   rows, length = work.sampler_rows, work.sampler_prompt_len
-  row_sh = lambda shape: NamedSharding(mesh, sharding_lib.fit_spec(P(sharding_lib.BATCH_AXES), shape, mesh))
-  repl = sharding_lib.replicated(mesh)
   shapes = [((rows, length), jnp.int32), ((rows, length), jnp.int32), ((rows,), jnp.int32), ((rows,), jnp.bool_)]
-  args = [jax.ShapeDtypeStruct(shape, dtype, sharding=row_sh(shape)) for shape, dtype in shapes]
-  key = jax.ShapeDtypeStruct((), jax.random.key(0).dtype, sharding=repl)
-  static = _sampler_static(work)
-  fn = lambda p, *rest: decode_lib.prefill.__wrapped__(graphdef, p, *rest, **static)
-  state = jax.eval_shape(fn, params, *args, key)
-  s_sh = engine_lib.decode_state_shardings(mesh, state)
-  jitted = jax.jit(fn, in_shardings=(p_sh,) + tuple(a.sharding for a in args) + (repl,), out_shardings=s_sh)
-  return jitted, (params, *args, key), graphdef, state, s_sh
+  args = (params, *(jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in shapes),
+          jax.ShapeDtypeStruct((), jax.random.key(0).dtype))
+  jitted, in_sh = engine.sampler.prefill_jit(engine.graphdef, *args, **_sampler_static(work))
+  return engine, jitted, sharding_lib.abstract_sharded(args, in_sh)
 
 
-def compile_prefill(cfg: ModelConfig, mesh, work: Workload):
-  jitted, args, *_ = _sampler_prefill(cfg, mesh, work)
-  return jitted.lower(*args).compile(), args
+def lower_prefill(cfg: ModelConfig, mesh, work: Workload):
+  """The sampler's prefill of `work.sampler_rows` prompts of the prompt bucket."""
+  _, jitted, args = _sampler_prefill(cfg, mesh, work)
+  return jitted.lower(*args), args
 
 
-def compile_decode(cfg: ModelConfig, mesh, work: Workload):
+def lower_decode(cfg: ModelConfig, mesh, work: Workload):
   """The decode loop (lax.while_loop over max_new_tokens steps, the state donated) at the full cache."""
-  from jax.sharding import NamedSharding
-  from jax.sharding import PartitionSpec as P
-
-  from compassplay_jax.sampling import decode as decode_lib
-  _, (params, *_), graphdef, state, s_sh = _sampler_prefill(cfg, mesh, work)
+  engine, prefill, prefill_args = _sampler_prefill(cfg, mesh, work)
   static = {k: v for k, v in _sampler_static(work).items() if k in ("sampler", "eos_ids", "pad_id")}
-  fn = lambda p, st, stop, done: decode_lib.decode.__wrapped__(graphdef, p, st, stop, done, **static)
-  repl = sharding_lib.replicated(mesh)
-  done_shape = (work.sampler_rows,)
-  done_sh = NamedSharding(mesh, sharding_lib.fit_spec(P(sharding_lib.BATCH_AXES), done_shape, mesh))
-  p_sh = jax.tree.map(lambda x: x.sharding, params)
-  args = (params, sharding_lib.abstract_sharded(state, s_sh), jax.ShapeDtypeStruct((), jnp.int32, sharding=repl),
-          jax.ShapeDtypeStruct(done_shape, jnp.bool_, sharding=done_sh))
-  jitted = jax.jit(fn, in_shardings=(p_sh, s_sh, repl, done_sh), out_shardings=s_sh, donate_argnums=(1,))
-  return jitted.lower(*args).compile(), args
+  state = jax.eval_shape(prefill, *prefill_args)
+  args = (prefill_args[0], state, jax.ShapeDtypeStruct((), jnp.int32),
+          jax.ShapeDtypeStruct((work.sampler_rows,), jnp.bool_))
+  jitted, in_sh = engine.sampler.decode_jit(engine.graphdef, *args, **static)
+  args = sharding_lib.abstract_sharded(args, in_sh)
+  return jitted.lower(*args), args
 
 
-def compile_reference_gradient(cfg: ModelConfig, mesh, work: Workload):
-  """g_ref over the reference set, as engine.Engine.reference_gradient jits it."""
-  from compassplay_jax.models import hf_io
-  from compassplay_jax.rewards import reference
-  graphdef, _ = hf_io.abstract_model(cfg)
-  params = reward_abstract_params(cfg, mesh)
-  p_sh = jax.tree.map(lambda x: x.sharding, params)
+def lower_reference_gradient(cfg: ModelConfig, mesh, work: Workload):
+  """g_ref over the reference set: Engine.reference_gradient's jit."""
+  engine, params = workload_engine(cfg, mesh, work)
+  params = _sharded_params(engine, params)
   batch, _ = _abstract_batch(mesh, work.reference_size, work.seq_len)
-  mb = work.reward_micro_batch
-  fn = lambda p, b: reference.reference_gradient(graphdef, p, b["tokens"], b["loss_mask"], b["attention_mask"],
-                                                 micro_batch=mb)
-  jitted = jax.jit(fn, in_shardings=(p_sh, sharding_lib.batch_tree_shardings(batch, mesh)), out_shardings=p_sh)
-  return jitted.lower(params, batch).compile(), params
+  jitted = engine.reference_gradient_jit(params, work.reference_size)
+  return jitted.lower(params, *_columns(batch)), params
 
 
-def compile_cosines(cfg: ModelConfig, mesh, work: Workload, n: int, method: str = "fused"):
-  """Cosines of n candidates with g_ref (params-shaped, like the params), as engine.Engine.cosines jits it."""
-  from compassplay_jax.models import hf_io
-  from compassplay_jax.rewards import cosines
-  graphdef, _ = hf_io.abstract_model(cfg)
-  params = reward_abstract_params(cfg, mesh)
-  p_sh = jax.tree.map(lambda x: x.sharding, params)
-  batch, bs1 = _abstract_batch(mesh, n, work.seq_len)
-  repl = sharding_lib.replicated(mesh)
-  fn = lambda p, g, b: cosines.gradient_cosines(graphdef, p, g, b["tokens"], b["loss_mask"], b["attention_mask"],
-                                                method=method, chunk_size=work.reward_micro_batch,
-                                                micro_batch=work.reward_micro_batch)
-  out = cosines.CosineResult(cosines=bs1, inner_products=bs1, sq_norms=bs1, ref_sq_norm=repl, has_loss_tokens=bs1)
-  jitted = jax.jit(fn, in_shardings=(p_sh, p_sh, sharding_lib.batch_tree_shardings(batch, mesh)), out_shardings=out)
-  return jitted.lower(params, params, batch).compile(), params
+def lower_cosines(cfg: ModelConfig, mesh, work: Workload, n: int, method: str = "fused"):
+  """Cosines of n candidates with g_ref (params-shaped, like the params): Engine.cosines' jit."""
+  engine, params = workload_engine(cfg, mesh, work, reward_method=method)
+  params = _sharded_params(engine, params)
+  batch, _ = _abstract_batch(mesh, n, work.seq_len)
+  jitted = engine.cosines_jit(params, n)
+  return jitted.lower(params, params, *_columns(batch)), params
 
 
 def function_shapes(name: str, work: Workload) -> str:
@@ -412,18 +380,19 @@ def suggest_knob(name: str, cfg: ModelConfig, mesh, work: Workload) -> str:
   return "more devices"
 
 
-def compile_function(name: str, cfg: ModelConfig, mesh, work: Workload, train_cfg=None,
-                     reward_method: str = "fused"):
+def lower_function(name: str, cfg: ModelConfig, mesh, work: Workload, train_cfg=None,
+                   reward_method: str = "fused"):
+  """(function `name` of the run's engine lowered at `work`'s shapes, its abstract inputs)."""
   if name == "prefill":
-    return compile_prefill(cfg, mesh, work)
+    return lower_prefill(cfg, mesh, work)
   if name == "decode":
-    return compile_decode(cfg, mesh, work)
+    return lower_decode(cfg, mesh, work)
   if name == "g_ref":
-    return compile_reference_gradient(cfg, mesh, work)
+    return lower_reference_gradient(cfg, mesh, work)
   if name == "train":
-    return compile_train_step(cfg, mesh, work, train_cfg)
+    return lower_train_step(cfg, mesh, work, train_cfg)
   if name.startswith("cos"):
-    return compile_cosines(cfg, mesh, work, int(name[3:]), reward_method)
+    return lower_cosines(cfg, mesh, work, int(name[3:]), reward_method)
   raise ValueError(f"unknown function {name!r}")
 
 
@@ -431,12 +400,16 @@ def report_functions(cfg: ModelConfig, mesh, work: Workload, functions=FUNCTIONS
                      train_cfg=None, reward_method: str = "fused", on_row=None) -> list[dict[str, Any]]:
   """One row per function: XLA's per-device argument / output / temp / peak bytes and whether the
   peak fits `device_bytes` (else the knob to turn: `suggest_knob`). A TPU compiler out-of-memory
-  verdict is a row that does not fit. `on_row(row)` is called as each row is done (progress)."""
+  verdict is a row that does not fit. `on_row(row)` is called as each row is done (progress).
+  Micro-batches are shown (and knobs suggested) as the engine fits them to the mesh."""
   import time
+  settings = workload_engine(cfg, mesh, work, train_cfg, reward_method)[0].settings
+  work = dataclasses.replace(work, train_micro_batch=settings.train.micro_batch_size,
+                             reward_micro_batch=settings.reward_micro_batch)
   rows = []
   for name in functions:
     start = time.time()
-    figures, _ = _compile_or_oom(lambda: compile_function(name, cfg, mesh, work, train_cfg, reward_method))
+    figures, _ = _compile_or_oom(lambda: lower_function(name, cfg, mesh, work, train_cfg, reward_method))
     fits = "oom" not in figures and figures.get("peak", 0) <= device_bytes
     row = {"model": work.model, "mesh": sharding_lib.mesh_summary(mesh), "function": name,
            "shapes": function_shapes(name, work), **figures, "device_bytes": device_bytes,

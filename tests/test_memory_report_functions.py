@@ -9,10 +9,16 @@ import pathlib
 import subprocess
 import sys
 
+import jax
+import numpy as np
 import pytest
+from flax import nnx
 
 from compassplay_jax import memory_report as mr
 from compassplay_jax import sharding as sh
+from compassplay_jax.engine import Engine, EngineSettings
+from compassplay_jax.models.decoder import init_decoder
+from compassplay_jax.rl.train_step import TrainConfig
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -45,6 +51,66 @@ def test_suggested_knobs_in_order():
   work = dataclasses.replace(work, train_micro_batch=1, sampler_rows=1)
   assert mr.suggest_knob("train", cfg, mesh, work).startswith("tensor axis")
   assert mr.suggest_knob("prefill", cfg, mesh, work).startswith("tensor axis")
+
+
+def _spec(tree):
+  """ShapeDtypeStructs of real arrays, with their shardings (host arrays have none: the jit places them)."""
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)), tree)
+
+
+def test_report_lowers_the_programs_the_engine_runs():
+  """Each report row's program is the one a run compiles: the jit an Engine builds and calls on real
+  arrays (placed by the engine), lowered at those arrays' shapes and shardings, has the same
+  StableHLO text (shardings, donation, micro-batches included) as memory_report.lower_function's."""
+  cfg, work = mr.tiny_workload()
+  cfg = cfg.replace(param_dtype="bfloat16", dtype="bfloat16", remat=True, attention_query_chunk=8)
+  mesh = sh.make_mesh((1, 1, 1))
+  train_cfg = TrainConfig()
+  settings = EngineSettings(train=train_cfg.replace(micro_batch_size=work.train_micro_batch),
+                            reward_chunk_size=work.reward_micro_batch, reward_micro_batch=work.reward_micro_batch)
+  graphdef, params = nnx.split(init_decoder(cfg, seed=0))
+  engine = Engine.build(graphdef, params, mesh, settings)
+  params = engine.place_params(params)
+  rng = np.random.default_rng(0)
+
+  def batch(rows, extra=False):
+    b = {"tokens": rng.integers(1, cfg.vocab_size, (rows, work.seq_len), dtype=np.int32),
+         "loss_mask": np.ones((rows, work.seq_len), np.int32),
+         "attention_mask": np.ones((rows, work.seq_len), np.int32)}
+    if extra:
+      b["old_logprobs"] = np.zeros((rows, work.seq_len), np.float32)
+      b["advantages"] = np.ones((rows,), np.float32)
+    return engine.put_batch(b)
+
+  called = {}  # function -> (the jit the engine called, the specs of the arrays it was called with)
+  ref, cand = batch(work.reference_size), batch(16)
+  g_ref = engine.reference_gradient(params, ref["tokens"], ref["loss_mask"], ref["attention_mask"])
+  called["g_ref"] = engine._jitted[("reference", 8)], _spec((params, ref["tokens"], ref["loss_mask"],
+                                                             ref["attention_mask"]))
+  engine.cosines(params, g_ref, cand["tokens"], cand["loss_mask"], cand["attention_mask"])
+  called["cos16"] = engine._jitted[("cosines", 8)], _spec((params, g_ref, cand["tokens"], cand["loss_mask"],
+                                                           cand["attention_mask"]))
+  master, opt_state = engine.init_train_state(params)
+  args = (master, opt_state, batch(work.train_batch, extra=True), jax.random.key(0))
+  specs = _spec(args)
+  engine.train_step(*args)
+  called["train"] = engine._jitted["train"], specs
+  static = mr._sampler_static(work)
+  rows, length = work.sampler_rows, work.sampler_prompt_len
+  prompt = (np.ones((rows, length), np.int32), np.ones((rows, length), np.int32), np.arange(rows, dtype=np.int32),
+            np.ones((rows,), bool), jax.random.key(1))
+  state = engine.sampler.prefill(graphdef, params, *prompt, **static)
+  called["prefill"] = engine.sampler.prefill_jit(graphdef, params, *prompt, **static)[0], _spec((params, *prompt))
+  decode_static = {k: static[k] for k in ("sampler", "eos_ids", "pad_id")}
+  args = (params, state, np.int32(work.sampler_new_tokens), np.zeros((rows,), bool))
+  specs = _spec(args)
+  engine.sampler.decode(graphdef, *args, **decode_static)
+  called["decode"] = engine.sampler.decode_jit(graphdef, *specs, **decode_static)[0], specs
+  assert len(engine.sampler._cache) == 2  # the builders returned the jits prefill / decode ran
+  for name, (jitted, specs) in called.items():
+    want = jitted.lower(*specs).as_text()
+    got = mr.lower_function(name, cfg, mesh, work, train_cfg)[0].as_text()
+    assert got == want, name
 
 
 def test_per_function_report_on_8_devices(tmp_path):

@@ -29,6 +29,16 @@ def dataclass_from(cls, block, **extra):
   return cls(**{**{k: v for k, v in dict(block).items() if k in names}, **extra})
 
 
+def train_sequence_len(config) -> int:
+  """Tokens of a trained row: prompt + sampled completion (config.sampling)."""
+  return config.sampling.max_prompt_tokens + config.sampling.max_new_tokens
+
+
+def reward_sequence_len(config) -> int:
+  """Tokens of a reward sequence (g_ref's and a candidate's solution): prompt + reward.max_completion_tokens."""
+  return config.sampling.max_prompt_tokens + config.reward.max_completion_tokens
+
+
 def eval_config() -> ml_collections.ConfigDict:
   """The `eval` block that config files embed; docs/evaluation.md describes every field."""
   cfg = ml_collections.ConfigDict()
@@ -41,7 +51,8 @@ def eval_config() -> ml_collections.ConfigDict:
   cfg.batch_size = 32
   cfg.prompt_style = "azr"  # "azr" | "azr_boxed" | "azr_think" | "chat" (see evals/prompts.py).
   cfg.workdir = ""  # Outputs go to <workdir>/eval/step_<N>/; "" = the run's workdir, or nothing written.
-  cfg.every_steps = 10  # How often the training loop evaluates (AZR: test_freq=10).
+  cfg.every_steps = 0  # How often the training loop evaluates; 0 = never (AZR: test_freq=10; configs set theirs).
+  cfg.at_start = True  # With every_steps > 0, a fresh run also evaluates the base model (step 0).
   cfg.math_timeout_s = 3.0  # Per item, as AZR's pebble timeout.
   cfg.code_timeout_s = 10.0  # Per CRUXEval job (AZR's executor timeout).
   cfg.lcb_timeout_s = 6.0  # Per LiveCodeBench test.
@@ -158,7 +169,6 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.checkpoint.keep = 3
 
   config.eval = eval_config()
-  config.eval.every_steps = 0  # 0 = off
 
   config.coding = ml_collections.ConfigDict()
   config.coding.task_types = "abduction,deduction,induction"

@@ -5,8 +5,8 @@
   ... -v 0   (or --verbosity=0): show library INFO records and warnings (off by default)
 
 The loop is linear on purpose (big_vision style): build everything, restore the latest checkpoint if
-there is one, then for each step: rollouts and rewards (the setting's `collect`), advantages, one
-jitted policy update, metrics, checkpoint, periodic evaluation.
+there is one, then for each step selfplay/step.run_step (plan, propose, verify, score, rows, commit,
+advantages, update), then evaluation when due, metrics and the checkpoint (selfplay/session.py).
 """
 from __future__ import annotations
 

@@ -61,9 +61,8 @@ class ScriptedCoder:
       return f"{eval(body)}\n" if sample % 2 == 0 else "-1000\n"
     return f"{x}\n" if sample % 2 == 0 else "1000\n"
 
-  def __call__(self, graphdef, params, tokenizer, prompts, config, key, *, n_samples=1, device_fns=None, **kwargs):
-    real = rollout.sample(graphdef, params, tokenizer, prompts, config, key, n_samples=n_samples,
-                          device_fns=device_fns, **kwargs)
+  def __call__(self, engine, params, tokenizer, prompts, config, key, *, n_samples=1, **kwargs):
+    real = rollout.sample(engine, params, tokenizer, prompts, config, key, n_samples=n_samples, **kwargs)
     texts = [self.answer(p, s, i) for i, p in enumerate(prompts) for s in range(n_samples)]
     tokens = [np.asarray(tokenizer.encode(t, add_special_tokens=False), np.int32) for t in texts]
     self.calls += 1
@@ -93,18 +92,15 @@ def setup():
 
 
 def one_step(config, tokenizer, graphdef, params, pool, mesh):
-  """The run loop's step on `mesh`: engine, sharded params, collect, update."""
+  """The run loop's step on `mesh` (step.run_step, as Session.step calls it)."""
   engine = Engine.build(graphdef, params, mesh, EngineSettings.from_config(config))
   p, o = engine.init_train_state(jax.tree.map(lambda x: np.asarray(x), params))
-  setting = CodingSelfPlay(config, tokenizer, pool, engine=engine, sampler=ScriptedCoder())
-  key = jax.random.key(7)
-  k_collect, k_train = jax.random.split(key)
-  rows, metrics = setting.collect(graphdef, p, 1, k_collect)
+  setting = CodingSelfPlay(config, tokenizer, pool, sampler=ScriptedCoder())
   g_ref = alignment.reference_gradient(engine, p, setting.reference, tokenizer.pad_token_id)
-  max_len = config.sampling.max_prompt_tokens + config.sampling.max_new_tokens
-  new_p, _, train_metrics = step_lib.update(engine, p, o, [rows], k_train, pad_id=tokenizer.pad_token_id,
-                                            max_len=max_len)
-  return engine, metrics, g_ref, new_p, train_metrics
+  result = step_lib.run_step(setting, engine, p, o, 1, jax.random.key(7),
+                             update=step_lib.UpdateOptions.from_config(config, tokenizer.pad_token_id))
+  train_metrics = {k: v for k, v in result.metrics.items() if k.startswith("train/")}
+  return engine, result.metrics, g_ref, result.params, train_metrics
 
 
 _ONE = {}

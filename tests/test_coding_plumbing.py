@@ -1,12 +1,13 @@
 """Coding loop plumbing (issue 13.5): an in-band candidate's cosine reaches its row's advantage and the loss.
 
-The chain is the one CodingSelfPlay.collect runs, through the same public functions: the reference
+The chain is the one step.run_step runs, through the same public functions: the reference
 gradient and candidate cosines (selfplay/alignment), the gated proposer reward (proposer_rewards),
-one Row per proposal, TRR++ advantages in rows_to_batch, and the jitted train step. Each link is
+one Row per proposal, TRR++ advantages (step.with_advantages) in the packed batch, and the jitted
+train step. Each link is
 checked against an independent computation: jax.grad of a plain per-sequence loss for the cosine,
 the reward gate written out, token-level whitening written in numpy, and the PPO loss at ratio 1.
-(collect itself samples from the model through rollout.sample and has no sampler argument, so a
-random tiny model cannot be scripted to propose valid programs there.)
+(tests/test_local_reference_coding.py and tests/selfplay_mesh_cases.py run the whole step with
+scripted samplers.)
 """
 import jax
 import jax.numpy as jnp
@@ -19,8 +20,7 @@ from compassplay_jax.rl.train_step import TrainConfig, init_train_state, make_lo
 from compassplay_jax.sampling.prompts import encode_prompts
 from compassplay_jax.selfplay import alignment
 from compassplay_jax.selfplay.rollout import Row, reward_config
-from compassplay_jax.selfplay.step import default_engine
-from compassplay_jax.selfplay.step import padded_batch as rows_to_batch
+from compassplay_jax.selfplay.step import one_device_engine, padded_batch, with_advantages
 from compassplay_jax.selfplay.run import build_model
 from tests.test_selfplay import _config
 
@@ -73,7 +73,7 @@ def test_in_band_cosine_reaches_the_advantage_and_the_loss(model):
   ref_prompts = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
                                          add_generation_prompt=True) for q, _ in REFERENCE]
   reference = alignment.pack_reference(tok, ref_prompts, [a for _, a in REFERENCE], max_len=max_len)
-  engine = default_engine(graphdef, params, config)
+  engine = one_device_engine(graphdef, params, config)
   g_ref = alignment.reference_gradient(engine, params, reference, tok.pad_token_id)
   solver_prompts = [np.asarray(p) for p in encode_prompts(tok, [c[1] for c in CANDIDATES])]
   solutions = [encode(c[2]) for c in CANDIDATES]
@@ -100,7 +100,7 @@ def test_in_band_cosine_reaches_the_advantage_and_the_loss(model):
   prompt_ids = np.asarray(encode_prompts(tok, ["Propose a deduction task."])[0])
   rows = [Row(prompt_ids, p, np.zeros(len(p), np.float32), float(r), "deduction", "proposer")
           for p, r in zip(proposals, rewards)]
-  batch = rows_to_batch(rows, tok.pad_token_id, micro_batch_size=2, max_len=max_len)
+  batch = padded_batch(with_advantages(rows, max_len), tok.pad_token_id, micro_batch_size=2, max_len=max_len)
   lengths = batch["loss_mask"][:len(rows)].sum(-1)
   np.testing.assert_array_equal(lengths, [len(p) for p in proposals])
   advantages = batch["advantages"][:len(rows)]

@@ -10,6 +10,7 @@ independent jax.grad of the per-sequence loss.
 import json
 import pathlib
 import sys
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +20,7 @@ from flax import nnx
 
 from compassplay_jax.rewards import novelty
 from compassplay_jax.sampling.generate import GenerationResult
+from compassplay_jax.selfplay import step as step_lib
 from compassplay_jax.selfplay.lean import LeanSelfPlay
 from compassplay_jax.selfplay.rollout import truncate_prompt
 from compassplay_jax.selfplay.run import build_model
@@ -55,7 +57,7 @@ class ScriptedSampler:
       return self.copy_proofs[sample]
     return next(p for key, p in self.proofs.items() if key in prompt)[sample]
 
-  def __call__(self, graphdef, params, tokenizer, prompts, config, key, *, n_samples=1, **_):
+  def __call__(self, engine, params, tokenizer, prompts, config, key, *, n_samples=1, **_):
     rows = [(p, self.completion(p, s)) for p in prompts for s in range(n_samples)]
     eos = tokenizer.eos_token_id
     result = GenerationResult(
@@ -99,6 +101,17 @@ def setup(tmp_path_factory):
   return config, tokenizer, graphdef, params
 
 
+_ENGINES = {}
+
+
+def _collect(play, graphdef, params, step, key):
+  """One iteration through step.run_step without the update: (rows, metrics). One engine per model
+  (its compiled functions are reused across tests)."""
+  engine = _ENGINES.setdefault(id(graphdef), step_lib.one_device_engine(graphdef, params, play.config))
+  result = step_lib.run_step(play, engine, params, None, step, key, update=None)
+  return result.rows, result.metrics
+
+
 def _play(setup, copy_proofs=(GOOD, GOOD, BAD, BAD), proofs=None):
   config, tokenizer, graphdef, params = setup
   sampler = ScriptedSampler(tokenizer, list(copy_proofs), proofs)
@@ -120,21 +133,21 @@ def test_cos_novelty_for_every_eligible_conjecture_and_copies_pushed_down(setup)
   play, sampler = _play(setup)
   key = jax.random.key(0)
   try:
-    rows1, m1 = play.collect(graphdef, params, 1, key)
+    rows1, m1 = _collect(play, graphdef, params, 1, key)
     # Iteration 1: no seed yet, so no conjecture; the solved target joins the pool and coverage.
     assert m1["lean/conjectures"] == 0 and play.seeds.names == ["seed_a"]
     assert play.coverage.history == {"seed_a": 1} and m1["coverage"] == pytest.approx(1 / 3)
     seed_proof_1 = _proof_tokens(sampler, sampler.log[-1], "(h₁ : y = x + 3)")
 
     for step in (2, 3):
-      rows, metrics = play.collect(graphdef, params, step, key)
-      outcomes = play.last_conjectures
+      rows, metrics = _collect(play, graphdef, params, step, key)
+      outcomes = [SimpleNamespace(**o) for o in metrics["candidates"]]  # one record per conjecture
       # Every solved or unsolved target is attempted again (SGS), conjectures only for the seed.
       assert metrics["lean/targets_attempted"] == 3 and [o.seed for o in outcomes] == ["seed_a"] * 3
       assert metrics["lean/conjectures_eligible"] == metrics["lean/cosines_computed"] == 3
       assert all(o.valid and 0 < o.solve_rate < 1 and o.in_band and o.cosine is not None for o in outcomes)
 
-    copy, renamed, novel = play.last_conjectures
+    copy, renamed, novel = outcomes
     conj_gen = sampler.log[-1]  # iteration 3's proofs
     # The cosine is cos(g(conjecture's first verified proof), g(seed's verified proof)) at these params.
     g_seed = _grad(graphdef, params, *seed_proof_1)
@@ -156,7 +169,7 @@ def test_cos_novelty_for_every_eligible_conjecture_and_copies_pushed_down(setup)
     assert metrics["copy_rate"] == pytest.approx(1 / 3) and metrics["rename_rate"] == pytest.approx(1 / 3)
     # The rows carry those advantages: the copy's row stays in the batch with its negative advantage.
     proposer = [r for r in rows if r.role == "proposer"]
-    assert sorted(r.advantage for r in proposer) == pytest.approx(sorted(o.advantage for o in play.last_conjectures))
+    assert sorted(r.advantage for r in proposer) == pytest.approx(sorted(o.advantage for o in outcomes))
     # Solver rows: REINFORCE-1/2 on verified proofs of problems with 0 < s <= 0.5.
     solver = [r for r in rows if r.role == "solver"]
     assert len(solver) == 2 + 2 + 2 + 1 and all(r.advantage == 1.0 for r in solver)
@@ -168,7 +181,7 @@ def test_state_round_trip_keeps_seed_pool_and_coverage(setup):
   config, tokenizer, graphdef, params = setup
   play, _ = _play(setup)
   try:
-    play.collect(graphdef, params, 1, jax.random.key(0))
+    _collect(play, graphdef, params, 1, jax.random.key(0))
     state = json.loads(json.dumps(play.state_dict()))  # what the checkpoint stores
   finally:
     play.close()
@@ -190,7 +203,7 @@ def test_supplied_proofs_seed_from_the_first_iteration(setup, tmp_path):
                                    "lean.conjectures_per_seed": 3})
   play = LeanSelfPlay(config, tokenizer, sampler=ScriptedSampler(tokenizer, [BAD] * 4))
   try:
-    _, metrics = play.collect(graphdef, params, 1, jax.random.key(0))
+    _, metrics = _collect(play, graphdef, params, 1, jax.random.key(0))
     # The verified supplied proof seeds (the sorry one does not), but counts for no coverage.
     assert play.seeds.names == ["target_b"] and play.seeds.get("target_b").source == "supplied"
     assert metrics["lean/seeds_supplied"] == 1 and metrics["coverage"] == 0.0
@@ -203,7 +216,7 @@ def test_try_proofs_get_zero_weight_and_train_batches_cover_one_epoch(setup):
   config, tokenizer, graphdef, params = setup
   play, _ = _play(setup, proofs={**PROOFS, "(h₁ : y = x + 3)": ["\n  try simp\n```", GOOD, BAD, BAD]})
   try:
-    rows, metrics = play.collect(graphdef, params, 1, jax.random.key(0))
+    rows, metrics = _collect(play, graphdef, params, 1, jax.random.key(0))
     # seed_a: attempts [try, GOOD, BAD, BAD] -> s = 0.5, the `try` proof gets weight 0.
     assert metrics["lean/proofs_try_zeroed"] == 1 and metrics["lean/solver_rows"] == 1
     batches = play.train_batches(rows * 5, 1)

@@ -1,7 +1,7 @@
 """Coding with Lean's local reference (config.reward.reference = "local", selfplay/local_reference.py).
 
 One step of the tiny coding config (deduction, one seed shown per proposal, cos x novelty) through
-CodingSelfPlay.collect with the real sandbox and the real reward stage; the texts are scripted (a
+step.run_step with the real sandbox and the real reward stage; the texts are scripted (a
 random tiny model writes no valid programs): even proposals copy their seed's program, odd ones write
 a new one, and the solver is right on even samples only, so every proposal is valid and in band.
 Checked against independent computations: g_ref of each seed = jax.grad of the plain loss on
@@ -49,7 +49,7 @@ class ScriptedCoder:
     right = repr(eval(_body(task.split("```")[1]), {"x": eval(x)}))
     return f"{right}\n" if sample % 2 == 0 else "-1000\n"
 
-  def __call__(self, graphdef, params, tokenizer, prompts, config, key, *, n_samples=1, **kwargs):
+  def __call__(self, engine, params, tokenizer, prompts, config, key, *, n_samples=1, **kwargs):
     texts = [self.answer(p, s, i) for i, p in enumerate(prompts) for s in range(n_samples)]
     tokens = [np.asarray(tokenizer.encode(t, add_special_tokens=False), np.int32) for t in texts]
     prompt_ids = [np.asarray(p, np.int32) for p in encode_prompts(tokenizer, prompts) for _ in range(n_samples)]
@@ -63,8 +63,8 @@ class ScriptedCoder:
 class Recording(CodingSelfPlay):
   """Keeps the reward stage's inputs: the plan, the candidates and the reference batches."""
 
-  def references(self, plan, candidates):
-    self.seen = (plan, candidates, super().references(plan, candidates))
+  def references(self, plan, verified):
+    self.seen = (plan, verified.candidates, super().references(plan, verified))
     return self.seen[2]
 
 
@@ -79,14 +79,15 @@ def stepped():
   try:
     setting = Recording(config, tokenizer, pool, sampler=ScriptedCoder(tokenizer))
     assert setting.reference is None  # no reference set is loaded in local mode
-    rows, metrics = setting.collect(graphdef, params, 1, jax.random.key(3))
-    yield config, tokenizer, graphdef, params, setting, rows, metrics
+    engine = step_lib.one_device_engine(graphdef, params, config)
+    result = step_lib.run_step(setting, engine, params, None, 1, jax.random.key(3), update=None)
+    yield config, tokenizer, graphdef, params, setting, engine, result
   finally:
     pool.close()
 
 
 def test_each_candidate_is_compared_with_its_own_seeds_verified_solution(stepped):
-  config, tok, graphdef, params, setting, _, _ = stepped
+  config, tok, graphdef, params, setting, engine, result = stepped
   plan, candidates, references = setting.seen
   seeds = plan.seeds["deduction"]
   assert len(candidates) == len(seeds) == 4 and all(c.valid and c.solve_rate == 0.5 for c in candidates)
@@ -101,37 +102,36 @@ def test_each_candidate_is_compared_with_its_own_seeds_verified_solution(stepped
     answer = np.asarray(tok.encode(f"{seed.output}\n", add_special_tokens=False))
     oracle[local_reference.seed_key(seed)] = _flat_grad(graphdef, params, prompt_ids, answer)
   for key, packed in references.items():
-    g_ref = alignment.reference_gradient(setting.engine, params, packed, tok.pad_token_id)
+    g_ref = alignment.reference_gradient(engine, params, packed, tok.pad_token_id)
     got = np.concatenate([np.asarray(x, np.float64).ravel() for x in jax.tree.leaves(g_ref)])
     np.testing.assert_allclose(got, oracle[key], rtol=1e-4, atol=1e-6)
   a, b = sorted(oracle)[:2]
   assert not np.allclose(oracle[a], oracle[b])  # different seeds, different references
-  for c in candidates:  # every cosine is against the candidate's own seed
+  for c, cosine in zip(candidates, result.scores.cosine):  # every cosine is against the candidate's own seed
     g = _flat_grad(graphdef, params, np.asarray(c.solution[0]), np.asarray(c.solution[1]))
     ref = oracle[c.reference]
-    assert c.cosine == pytest.approx(g @ ref / (np.linalg.norm(g) * np.linalg.norm(ref)), abs=1e-4)
+    assert cosine == pytest.approx(g @ ref / (np.linalg.norm(g) * np.linalg.norm(ref)), abs=1e-4)
 
 
 def test_an_exact_copy_of_the_seed_is_paid_zero_and_kept_in_the_batch(stepped):
-  _, tok, _, _, setting, rows, metrics = stepped
+  _, tok, _, _, setting, _, result = stepped
+  rows, metrics, scores = result.rows, result.metrics, result.scores
   plan, candidates, _ = setting.seen
-  seeds = plan.seeds["deduction"]
-  copies, novel = candidates[0::2], candidates[1::2]
-  for c, seed in zip(candidates, seeds):  # novelty = 1 - J(candidate program, seed program)
-    assert c.reward == pytest.approx(c.cosine * (1.0 - c.jaccard), abs=1e-6)
-  for c in copies:
-    assert c.jaccard == 1.0 and c.reward == 0.0 and c.eligible and c.cosine is not None
-  assert all(c.jaccard < novelty.COPY_THRESHOLD for c in novel)
+  for c, reward, cosine in zip(candidates, scores.reward, scores.cosine):  # novelty = 1 - J(program, seed)
+    assert reward == pytest.approx(cosine * (1.0 - c.jaccard), abs=1e-6)
+  for i in range(0, len(candidates), 2):  # the copies
+    assert candidates[i].jaccard == 1.0 and scores.reward[i] == 0.0 and scores.eligible[i]
+    assert scores.cosine[i] is not None
+  assert all(c.jaccard < novelty.COPY_THRESHOLD for c in candidates[1::2])
   # Lean's copy metrics over the in-band candidates: half are exact copies of their seed.
   assert metrics["copy_rate"] == metrics["exact_copy_rate"] == 0.5 and metrics["rename_rate"] == 0.0
   # The per-candidate records carry J too (docs/experiments.md reads cosines of copies vs the rest).
   assert [r["jaccard"] for r in metrics["candidates"]] == pytest.approx([c.jaccard for c in candidates])
   # Every proposal keeps its row (reward 0 for the copies); its weight is its TRR++ advantage.
   proposer = [r for r in rows if r.role == "proposer"]
-  assert [r.reward for r in proposer] == [c.reward for c in candidates]
-  batch = step_lib.padded_batch(proposer, tok.pad_token_id, micro_batch_size=1)
-  adv = batch["advantages"][:len(proposer)]
-  rewards = np.asarray([c.reward for c in candidates])
+  assert [r.reward for r in proposer] == pytest.approx(scores.reward.tolist())
+  adv = np.asarray([r.advantage for r in proposer])  # run_step's TRR++ advantages over all the rows
+  rewards = np.asarray(scores.reward)
   for i in range(len(candidates)):
     for j in range(len(candidates)):
       if rewards[i] > rewards[j]:
@@ -141,7 +141,8 @@ def test_an_exact_copy_of_the_seed_is_paid_zero_and_kept_in_the_batch(stepped):
 
 
 def test_one_step_pays_by_the_cosine_against_local_references(stepped):
-  config, tok, graphdef, params, setting, rows, metrics = stepped
+  config, tok, graphdef, params, setting, engine, result = stepped
+  rows, metrics = result.rows, result.metrics
   n_seeds = len(setting.seen[2])
   assert metrics["local/seed_references"] == n_seeds >= 2
   assert metrics["local/cosines_computed"] == 4 == metrics["cos_paid_count"]
@@ -149,10 +150,9 @@ def test_one_step_pays_by_the_cosine_against_local_references(stepped):
   assert metrics["local/in_band_with_seed"] == 4
   # ... and the rows train: one engine update over them changes the params.
   before = jax.tree.map(np.array, params)
-  p, o = setting.engine.init_train_state(jax.tree.map(np.asarray, params))
-  max_len = config.sampling.max_prompt_tokens + config.sampling.max_new_tokens
-  new_p, _, train = step_lib.update(setting.engine, p, o, [rows], jax.random.key(0), pad_id=tok.pad_token_id,
-                                    max_len=max_len)
+  p, o = engine.init_train_state(jax.tree.map(np.asarray, params))
+  new_p, _, train = step_lib.update_params(engine, p, o, [rows], jax.random.key(0),
+                                           step_lib.UpdateOptions.from_config(config, tok.pad_token_id))
   assert train["rows"] == len(rows) and np.isfinite(train["train/loss"])
   assert any(not np.array_equal(np.asarray(a), np.asarray(b))
              for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(new_p)))

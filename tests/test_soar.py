@@ -21,9 +21,11 @@ from compassplay_jax.models.config import ConfigError, ModelConfig
 from compassplay_jax.models.decoder import init_decoder
 from compassplay_jax.rewards import soar
 from compassplay_jax.sampling.generate import GenerationResult
+from compassplay_jax.rewards.proposer_rewards import RewardConfig
 from compassplay_jax.selfplay import soar_measure
+from compassplay_jax.selfplay import step as step_lib
 from compassplay_jax.selfplay.sequences import pack
-from compassplay_jax.selfplay.step import Candidate
+from compassplay_jax.selfplay.step import Candidate, SoarOptions
 from tests.test_selfplay import _config, _lean_overrides
 
 MODEL = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -104,12 +106,13 @@ def test_heldout_group_earns_more_than_unrelated_tasks_and_outer_params_stay():
   held = pack([p for p, _ in heldout], [c for _, c in heldout], PAD)
   candidates = [Candidate(group="deduction", formatted=True, valid=True, solve_rate=0.5, solution=s)
                 for s in heldout + unrelated]
-  metrics = soar_measure.measure(engine, params, candidates, held, group_size=4, steps=3, learning_rate=0.5,
-                                 pad_id=PAD, max_len=64)
+  options = SoarOptions(held, group_size=4, steps=3, learning_rate=0.5)
+  improvement, metrics = soar_measure.measure(engine, params, candidates, options, pad_id=PAD, max_len=64,
+                                              reward_cfg=RewardConfig())
   same, other = metrics["soar/group_improvements"]
   assert metrics["soar/groups"] == 2
   assert same > other and same > 0, (same, other)
-  assert [c.heldout_improvement for c in candidates] == [same] * 4 + [other] * 4
+  np.testing.assert_array_equal(improvement, np.float32([same] * 4 + [other] * 4))
   for a, b in zip(before_params, _host(params)):  # the inner training trained a copy
     np.testing.assert_array_equal(a, b)
   # The engine's number is the oracle's.
@@ -143,7 +146,7 @@ class ScriptedCoder:
       return f"{eval(body)}\n" if sample % 2 == 0 else "-1000\n"
     return f"{x}\n" if sample % 2 == 0 else "1000\n"
 
-  def __call__(self, graphdef, params, tokenizer, prompts, config, key, *, n_samples=1, **kwargs):
+  def __call__(self, engine, params, tokenizer, prompts, config, key, *, n_samples=1, **kwargs):
     from compassplay_jax.selfplay.rollout import truncate_prompt
     ids = [np.asarray(truncate_prompt(tokenizer, p, config.sampling.max_prompt_tokens) if isinstance(p, str)
                       else p, np.int32) for p in prompts]
@@ -171,7 +174,8 @@ def test_coding_step_pays_each_group_its_measured_improvement():
   try:
     setting = CodingSelfPlay(config, tokenizer, pool, sampler=ScriptedCoder(tokenizer))
     assert setting.reference is None and setting.soar_heldout.tokens.shape[0] == config.reward.reference_size
-    _, metrics = setting.collect(graphdef, params, 1, jax.random.key(0))
+    engine = step_lib.one_device_engine(graphdef, params, config)
+    metrics = step_lib.run_step(setting, engine, params, None, 1, jax.random.key(0), update=None).metrics
   finally:
     pool.close()
   records = metrics["candidates"]

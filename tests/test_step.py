@@ -4,6 +4,7 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 
 from compassplay_jax import sharding as sh
@@ -40,7 +41,7 @@ def test_eligible_is_valid_formatted_in_band_with_a_reference():
 
 
 def test_advantages_are_trr_plus_plus_over_trained_tokens_unless_rows_carry_their_own():
-  rows = _rows()
+  rows = step.with_advantages(_rows(), None)
   batch = step.padded_batch(rows, PAD, micro_batch_size=4)
   assert batch["tokens"].shape[0] == 8  # 7 rows padded to a multiple of 4
   counts = [float(np.sum(r.completion_mask if r.completion_mask is not None else np.ones(len(r.completion_ids))))
@@ -50,7 +51,10 @@ def test_advantages_are_trr_plus_plus_over_trained_tokens_unless_rows_carry_thei
   assert batch["advantages"][7] == 0.0
   own = [Row(r.prompt_ids, r.completion_ids, r.logprobs, r.reward, r.group, r.role, advantage=0.1 * i)
          for i, r in enumerate(rows)]
-  np.testing.assert_allclose(step.padded_batch(own, PAD, 1)["advantages"], 0.1 * np.arange(7), rtol=1e-6)
+  np.testing.assert_allclose(step.padded_batch(step.with_advantages(own, None), PAD, 1)["advantages"],
+                             0.1 * np.arange(7), rtol=1e-6)
+  with pytest.raises(ValueError, match="without advantages"):
+    step.padded_batch(_rows(), PAD, 1)
   # Packed by length: the same advantage per row as in the padded batch.
   for mb in step.length_buckets(rows, PAD, token_budget=128):
     for r in range(mb["tokens"].shape[0]):
@@ -58,6 +62,17 @@ def test_advantages_are_trr_plus_plus_over_trained_tokens_unless_rows_carry_thei
         real = mb["tokens"][r][mb["attention_mask"][r] == 1].tolist()
         i = next(i for i, row in enumerate(rows) if list(row.prompt_ids) + list(row.completion_ids) == real)
         np.testing.assert_allclose(mb["advantages"][r], want[i], rtol=1e-6)
+
+
+def test_advantage_token_weights_are_the_tokens_the_update_trains_after_truncation():
+  """with_advantages weighs each row by its completion tokens left after truncation to max_len: the
+  same count as the packed batch's loss mask (the oracle), not the untruncated length."""
+  rows, max_len = _rows(3), 40
+  packed = step.padded_batch(step.with_advantages(rows, max_len), PAD, 1, max_len=max_len)
+  counts = packed["loss_mask"][:len(rows)].sum(-1)
+  assert counts.tolist() != [float(np.sum(step._mask(r))) for r in rows]  # truncation changed some rows
+  want = trr_plus_plus([r.reward for r in rows], [r.group for r in rows], [r.role for r in rows], counts)
+  np.testing.assert_allclose([r.advantage for r in step.with_advantages(rows, max_len)], want, rtol=1e-6)
 
 
 def test_phase_times_add_up_and_announce_labels():
@@ -74,7 +89,7 @@ def test_phase_times_add_up_and_announce_labels():
 
 def test_update_through_the_engine_equals_the_library_train_step():
   graphdef, params = nnx.split(init_decoder(MODEL, seed=0))
-  rows = _rows(1)
+  rows = step.with_advantages(_rows(1), 256)
   tcfg = train_lib.TrainConfig(learning_rate=1e-3, micro_batch_size=4)
   batch = step.padded_batch(rows, PAD, micro_batch_size=4, max_len=256)
   p0, o0 = train_lib.init_train_state(jax.tree.map(jnp.copy, params), tcfg)
@@ -82,7 +97,7 @@ def test_update_through_the_engine_equals_the_library_train_step():
 
   engine = Engine.build(graphdef, params, sh.make_mesh(None), EngineSettings(train=tcfg))
   p, o = engine.init_train_state(jax.tree.map(jnp.copy, params))
-  got_p, _, metrics = step.update(engine, p, o, [rows], jax.random.key(0), pad_id=PAD, max_len=256)
+  got_p, _, metrics = step.update_params(engine, p, o, [rows], jax.random.key(0), step.UpdateOptions(PAD, 256))
   for a, b in zip(jax.tree.leaves(got_p), jax.tree.leaves(want_p)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(metrics["train/loss"], float(want_m["loss"]), rtol=1e-5)
@@ -95,7 +110,7 @@ def test_kl_term_uses_the_frozen_reference_policy_log_probs():
   equals the library step given those log-probs from make_logprob_fn (an independent path)."""
   graphdef, params = nnx.split(init_decoder(MODEL, seed=0))
   ref = jax.tree.map(lambda x: x * 3.0, params)  # a reference policy far from the current one
-  rows = _rows(2)
+  rows = step.with_advantages(_rows(2), 256)
   tcfg = train_lib.TrainConfig(learning_rate=1e-3, micro_batch_size=4, kl_coef=0.5)
   batch = step.padded_batch(rows, PAD, micro_batch_size=4, max_len=256)
   full = train_lib.make_logprob_fn(graphdef)(ref, jnp.asarray(batch["tokens"]), jnp.asarray(batch["attention_mask"]))
@@ -106,13 +121,13 @@ def test_kl_term_uses_the_frozen_reference_policy_log_probs():
 
   engine = Engine.build(graphdef, params, sh.make_mesh(None), EngineSettings(train=tcfg))
   p, o = engine.init_train_state(jax.tree.map(jnp.copy, params))
-  got_p, _, metrics = step.update(engine, p, o, [rows], jax.random.key(0), pad_id=PAD, max_len=256,
-                                  ref_params=engine.place_params(ref))
+  got_p, _, metrics = step.update_params(engine, p, o, [rows], jax.random.key(0), step.UpdateOptions(PAD, 256),
+                                         ref_params=engine.place_params(ref))
   np.testing.assert_allclose(metrics["train/kl"], float(want_m["kl"]), rtol=1e-5)
   for a, b in zip(jax.tree.leaves(got_p), jax.tree.leaves(want_p)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
   # Packed by length, the same reference log-probs enter each micro-batch.
   p, o = engine.init_train_state(jax.tree.map(jnp.copy, params))
-  _, _, bucketed = step.update(engine, p, o, [rows], jax.random.key(0), pad_id=PAD, max_len=256,
-                               token_budget=256, ref_params=engine.place_params(ref))
+  _, _, bucketed = step.update_params(engine, p, o, [rows], jax.random.key(0), step.UpdateOptions(PAD, 256, 256),
+                                      ref_params=engine.place_params(ref))
   np.testing.assert_allclose(bucketed["train/kl"], float(want_m["kl"]), rtol=1e-4)

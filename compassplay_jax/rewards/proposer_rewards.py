@@ -26,6 +26,7 @@ import dataclasses
 from typing import Callable
 
 import jax.numpy as jnp
+import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,10 +102,19 @@ def uses_cosine(name: str) -> bool:
   return name in COSINE_REWARDS
 
 
-def eligible(solve_rates, valid, well_formatted, config: RewardConfig = AZR_CODE):
-  """(N,) bool: well formatted, valid and band_low < s < band_high."""
+def in_band(solve_rates, config: RewardConfig = AZR_CODE):
+  """band_low < s < band_high (default 0 < s < 1: the solver sometimes, not always, succeeds). The
+  one home of the band rule; a float gives a bool, an array an array."""
+  if isinstance(solve_rates, (int, float, np.floating)):
+    return bool(config.band_low < solve_rates < config.band_high)
   s = _f32(solve_rates, "solve_rates")
-  return (_mask(well_formatted, s) & _mask(valid, s) & (s > config.band_low) & (s < config.band_high))
+  return (s > config.band_low) & (s < config.band_high)
+
+
+def eligible(solve_rates, valid, well_formatted, config: RewardConfig = AZR_CODE):
+  """(N,) bool: well formatted, valid and in the band."""
+  s = _f32(solve_rates, "solve_rates")
+  return _mask(well_formatted, s) & _mask(valid, s) & in_band(s, config)
 
 
 def _mask(x, like):
@@ -129,10 +139,9 @@ def proposer_rewards(name, *, cosines=None, solve_rates=None, valid=None, well_f
   score = REWARD_FNS[name](cosines=cosines, solve_rates=solve_rates, jaccard_to_seed=jaccard_to_seed,
                            heldout_improvement=heldout_improvement)
   if name == "soar_utility" and not config.soar_uses_band:
-    in_band = jnp.ones(score.shape, bool)
+    band = jnp.ones(score.shape, bool)
   else:
-    s = _f32(solve_rates, "solve_rates")
-    in_band = (s > config.band_low) & (s < config.band_high)
-  out = jnp.where(in_band, score, config.out_of_band)
+    band = in_band(_f32(solve_rates, "solve_rates"), config)
+  out = jnp.where(band, score, config.out_of_band)
   out = jnp.where(_mask(valid, score), out, config.invalid)
   return jnp.where(_mask(well_formatted, score), out, config.bad_format).astype(jnp.float32)

@@ -27,14 +27,15 @@ import jax
 import numpy as np
 
 from compassplay_jax.domains.coding import buffers as buffers_lib
-from compassplay_jax.domains.coding import checking, parsing, prompts, tasks, validation, verdict_stats
+from compassplay_jax import config_base
+from compassplay_jax.domains.coding import checking, parsing, prompts, tasks, validation
 from compassplay_jax.domains.coding.rewards_table import TABLES
 from compassplay_jax.errors import InputNotFound
-from compassplay_jax.metrics import histogram
 from compassplay_jax.models.config import ConfigError
 from compassplay_jax.rewards import novelty
-from compassplay_jax.selfplay import alignment, compact_prompts, rollout, sequences, soar_measure, summary
-from compassplay_jax.selfplay import local_reference
+from compassplay_jax.rewards.proposer_rewards import uses_cosine
+from compassplay_jax.selfplay import alignment, coding_metrics, compact_prompts, local_reference, rollout, sequences
+from compassplay_jax.selfplay import soar_measure
 from compassplay_jax.selfplay import step as step_lib
 from compassplay_jax.domains.coding.reference_set import load_reference_set, reference_problems
 from compassplay_jax.selfplay.rollout import Row, reward_config, split_key
@@ -42,7 +43,6 @@ from compassplay_jax.selfplay.rollout import Row, reward_config, split_key
 BUILTIN = "builtin:"
 STOP = ("</answer>",)
 FENCE = "```"
-from compassplay_jax.rewards.proposer_rewards import COSINE_REWARDS as COS_REWARDS  # noqa: E402  (moved; see step refactor)
 _CHAT_SUFFIX = "\nAssistant: <think>"
 
 
@@ -99,7 +99,7 @@ def validate_config(config) -> None:
     raise ConfigError(f"config.coding.task_types: compact prompts cover {compact_prompts.TASK_TYPES} only")
   if config.reward.reference not in local_reference.REFERENCES:
     raise ConfigError(f"config.reward.reference: {config.reward.reference!r} is not one of {local_reference.REFERENCES}")
-  if config.reward.name in COS_REWARDS and config.reward.reference == local_reference.EXTERNAL:
+  if uses_cosine(config.reward.name) and config.reward.reference == local_reference.EXTERNAL:
     reference_problems(config.reward)
   if config.reward.name == soar_measure.NAME:
     _soar_heldout_set(config)
@@ -115,17 +115,16 @@ def _soar_heldout_set(config):
 class CodingSelfPlay:
   """Holds the task buffers and the reference set, and supplies the coding stages of a step.
 
-  engine: the run's device engine (engine.py); None builds a one-device engine on the first step.
-  sampler: rollout.sample's signature (default: rollout.sample on the engine's sampler); tests pass
-  a scripted one.
+  sampler: rollout.sample's signature (default: rollout.sample, on the engine each stage is given);
+  tests pass a scripted one.
   """
 
   PHASES = ("generate", "sandbox", "reward")
 
-  def __init__(self, config, tokenizer, pool, *, engine=None, sampler=None):
+  def __init__(self, config, tokenizer, pool, *, sampler=None):
     validate_config(config)
     self.config, self.tokenizer, self.pool = config, tokenizer, pool
-    self.engine, self._sampler = engine, sampler
+    self._sampler = sampler
     self.task_types = [t.strip() for t in config.coding.task_types.split(",") if t.strip()]
     c = config.coding
     if c.seed_dir:
@@ -137,17 +136,17 @@ class CodingSelfPlay:
     self.reference = None
     # reward.reference = "local": g_ref per seed program (selfplay/local_reference.py), no reference set.
     self.local = config.reward.reference == local_reference.LOCAL
-    if config.reward.name in COS_REWARDS and not self.local:
+    if uses_cosine(config.reward.name) and not self.local:
       problems = reference_problems(config.reward)
       self.reference = alignment.pack_reference(
           tokenizer, [render(tokenizer, p.problem, self.style) for p in problems],
-          [p.solution for p in problems], max_len=config.sampling.max_prompt_tokens + config.reward.max_completion_tokens)
+          [p.solution for p in problems], max_len=config_base.reward_sequence_len(config))
     self.soar_heldout = None
     if config.reward.name == soar_measure.NAME:  # SOAR's held-out set: gold solutions, loss on them
       problems = _soar_heldout_set(config)
       self.soar_heldout = alignment.pack_reference(
           tokenizer, [render(tokenizer, p.problem, self.style) for p in problems],
-          [p.solution for p in problems], max_len=config.sampling.max_prompt_tokens + config.reward.max_completion_tokens)
+          [p.solution for p in problems], max_len=config_base.reward_sequence_len(config))
 
   def close(self):
     self.pool.close()
@@ -155,8 +154,7 @@ class CodingSelfPlay:
   # ---- state for checkpoints -----------------------------------------------------------------
 
   def state_dict(self) -> dict[str, Any]:
-    return {t: [[_task_to_json(task), step] for task, step in zip(b._items, b._steps)]
-            for t, b in self.buffers.items()}
+    return {t: [[_task_to_json(task), step] for task, step in b.entries()] for t, b in self.buffers.items()}
 
   def load_state_dict(self, state: dict[str, Any]) -> None:
     for t, items in state.items():
@@ -280,20 +278,11 @@ class CodingSelfPlay:
         start = end
     return out, n_tokens
 
-  # ---- one step: the stages selfplay/step.py runs ---------------------------------------------------
-
-  def collect(self, graphdef, params, step: int, key, progress=None) -> tuple[list[Row], dict[str, Any]]:
-    """One step's rows and metrics (selfplay/step.collect over this setting's stages). `progress(label)`
-    is told each phase."""
-    if self.engine is None:
-      self.engine = step_lib.default_engine(graphdef, params, self.config)
-    return step_lib.collect(self, self.engine, params, step, key, progress)
+  # ---- the stages of a step (selfplay/step.run_step runs them in this order) ----------------------
 
   def _sample(self, engine, params, prompts_in, key, **kwargs):
     sampler = self._sampler or rollout.sample
-    return sampler(engine.graphdef, params, self.tokenizer, prompts_in, self.config, key,
-                   device_fns=engine.sampler,
-                   rollout_engine=engine.rollout_engine(self.tokenizer, self.config.sampling), **kwargs)
+    return sampler(engine, params, self.tokenizer, prompts_in, self.config, key, **kwargs)
 
   def plan(self, step: int) -> "CodingPlan":
     """Host-side choices of the step, from random.Random(f"{seed}:{step}"): the solver batches (drawn
@@ -311,106 +300,85 @@ class CodingSelfPlay:
       proposed, n_tokens = self._propose_all(engine, params, plan.prompts, key)
     return CodingProposals({t: p[0] for t, p in proposed.items()}, {t: p[1] for t, p in proposed.items()}, n_tokens)
 
-  def verify(self, engine, params, plan: "CodingPlan", proposals: "CodingProposals", key, times) -> list:
+  def verify(self, engine, params, plan: "CodingPlan", proposals: "CodingProposals", key, times) -> step_lib.Verified:
     """Each proposal validated in the sandbox; n solver samples per valid one -> its solve rate and the
     solution standing for g(x̃) (the first correct sample; the gold answer when none is, s = 0)."""
     c = self.config.coding
     opens_think = self.style == "plain"
-    candidates = []
+    candidates, checked = [], CodingChecks()
     with times("sandbox", "verify: proposals"):
       for t in self.task_types:
         for j, (text, program) in enumerate(zip(proposals.texts[t], plan.programs[t])):
           ok, _, task = validation.validate_proposal(self.pool, t, text, source_program=program,
                                                      num_inputs=c.induction_inputs)
-          candidate = step_lib.Candidate(group=t, formatted=parsing.format_ok(text, opens_think), valid=ok,
-                                         reference=EXTERNAL if self.reference is not None else None,
-                                         report_cosine=True)
           # Jaccard to the nearest shown reference (novelty rewards): the program when valid, else the answer.
           program_text = task.program if task else parsing.extract_answer(text)
-          candidate.jaccard = max((novelty.token_jaccard(program_text, ref, language="python")
-                                   for ref in plan.references[t][j]), default=0.0)
+          jaccard = max((novelty.token_jaccard(program_text, ref, language="python")
+                         for ref in plan.references[t][j]), default=0.0)
+          reference = local_reference.EXTERNAL if self.reference is not None else None
           seed = plan.seeds[t][j] if self.local else None
-          # local: cosines of eligible candidates only (each seed's g_ref costs a backward pass)
-          candidate.report_cosine = not self.local
           if seed is not None:  # local reference: compared with (and novel against) its own seed
-            candidate.reference = local_reference.seed_key(seed)
-            candidate.jaccard = novelty.token_jaccard(program_text or "", seed.program, language="python")
-          candidates.append(candidate)
-          proposals.tasks.append(task)
-          proposals.program_texts.append(program_text)
-    tasks_of = proposals.tasks
+            reference = local_reference.seed_key(seed)
+            jaccard = novelty.token_jaccard(program_text or "", seed.program, language="python")
+          # local: cosines of eligible candidates only (each seed's g_ref costs a backward pass)
+          candidates.append(step_lib.Candidate(group=t, formatted=parsing.format_ok(text, opens_think), valid=ok,
+                                               reference=reference, jaccard=jaccard, report_cosine=not self.local))
+          checked.slots.append((t, j))
+          checked.tasks.append(task)
+          checked.program_texts.append(program_text)
     valid = [i for i, cand in enumerate(candidates) if cand.valid]
     if not valid:
-      return candidates
+      return step_lib.Verified(candidates, checked)
+    tasks_of = checked.tasks
     with times("generate", "generate: solve rates"):
       gen, texts = self._solve(engine, params, [tasks_of[i] for i in valid], key, c.solve_samples)
-    proposals.tokens += int(np.sum(gen.lengths))
     with times("sandbox", "verify: solve rates"):
       n = c.solve_samples
       verdicts = checking.check_many(self.pool, [
           (tasks_of[i], [checking.extract_solver_answer(tasks_of[i], x) for x in texts[v * n:(v + 1) * n]])
           for v, i in enumerate(valid)])
     for v, i in enumerate(valid):
-      cand = candidates[i]
-      cand.solve_rate = float(np.mean(verdicts[v]))
       sample = v * n + verdicts[v].index(True) if any(verdicts[v]) else None
-      cand.solution = ((gen.prompt_tokens[v * n], self.gold_completion(tasks_of[i])) if sample is None
-                       else (gen.prompt_tokens[sample], gen.tokens[sample]))
-    if self.soar_heldout is not None:  # SOAR: a solver copy trained per group, held-out loss gain
-      r = self.config.reward
-      with times("soar", "reward: SOAR inner training"):
-        proposals.soar_metrics = soar_measure.measure(
-            engine, params, candidates, self.soar_heldout, group_size=r.soar_group_size, steps=r.soar_inner_steps,
-            learning_rate=r.soar_inner_lr, pad_id=self.tokenizer.pad_token_id,
-            max_len=self.config.sampling.max_prompt_tokens + r.max_completion_tokens,
-            uses_band=reward_config(r).soar_uses_band)
-    return candidates
+      solution = ((gen.prompt_tokens[v * n], self.gold_completion(tasks_of[i])) if sample is None
+                  else (gen.prompt_tokens[sample], gen.tokens[sample]))
+      candidates[i] = dataclasses.replace(candidates[i], solve_rate=float(np.mean(verdicts[v])), solution=solution)
+    return step_lib.Verified(candidates, checked, tokens=int(np.sum(gen.lengths)))
 
-  def references(self, plan, candidates) -> dict:
+  def references(self, plan, verified: step_lib.Verified) -> dict:
     """The external reference set (the MATH-train gold solutions), one g_ref for every candidate; with
     reward.reference = "local", one per seed: its verified solution (selfplay/local_reference.py)."""
     if self.local:
       seeds = {local_reference.seed_key(s): s for per_type in plan.seeds.values() for s in per_type if s is not None}
-      max_len = self.config.sampling.max_prompt_tokens + self.config.reward.max_completion_tokens
-      return local_reference.seed_references(self, seeds, candidates, max_len)
-    return {EXTERNAL: self.reference} if self.reference is not None else {}
+      max_len = config_base.reward_sequence_len(self.config)
+      return local_reference.seed_references(self, seeds, verified.candidates, max_len)
+    return {local_reference.EXTERNAL: self.reference} if self.reference is not None else {}
 
-  @property
-  def score_options(self) -> dict:
-    cfg = self.config
-    return dict(reward_name=cfg.reward.name, reward_cfg=reward_config(cfg.reward), pad_id=self.tokenizer.pad_token_id,
-                max_len=cfg.sampling.max_prompt_tokens + cfg.reward.max_completion_tokens,
-                uses_cosine=cfg.reward.name in COS_REWARDS, buckets=sequences.TRAIN_BUCKETS,
-                # local: a seed has few candidates, so pad to a power of two, not to the micro-batch
-                fixed_rows=not self.local)
+  def scoring(self) -> step_lib.ScoreOptions:
+    r = self.config.reward
+    soar = (step_lib.SoarOptions(self.soar_heldout, group_size=r.soar_group_size, steps=r.soar_inner_steps,
+                                 learning_rate=r.soar_inner_lr) if self.soar_heldout is not None else None)
+    return step_lib.ScoreOptions(
+        reward_name=r.name, reward_cfg=reward_config(r), pad_id=self.tokenizer.pad_token_id,
+        max_len=config_base.reward_sequence_len(self.config), buckets=sequences.TRAIN_BUCKETS,
+        # local: a seed has few candidates, so pad to a power of two, not to the micro-batch
+        fixed_rows=not self.local, soar=soar)
 
-  def rows(self, engine, params, plan: "CodingPlan", proposals: "CodingProposals", candidates, key, times):
-    """Proposer rows (one per proposal segment, its reward), the buffers updated with the valid
-    proposals, then solver rollouts on the plan's solver batches -> AZR's solver rewards."""
-    c, types = self.config.coding, self.task_types
+  def rows(self, engine, params, plan: "CodingPlan", proposals: "CodingProposals", verified: step_lib.Verified,
+           scores: step_lib.Scores, key, times):
+    """Proposer rows (one per proposal segment, its reward), then solver rollouts on the plan's solver
+    batches -> AZR's solver rewards."""
     opens_think = self.style == "plain"
     rows: list[Row] = []
-    by_type = {t: [(j, cand) for j, cand in enumerate(cand for cand in candidates if cand.group == t)] for t in types}
-    flat = 0
-    for t in types:
-      for j, cand in by_type[t]:
-        for prompt_ids, tokens, logprobs, mask in proposals.segments[t][j]:
-          rows.append(Row(prompt_ids, tokens, logprobs, cand.reward, t, "proposer", completion_mask=mask))
-        if cand.valid:  # valid proposals join the buffers
-          task = proposals.tasks[flat + j]
-          self.buffers[t].add(task, plan.step)
-          if t in (tasks.DEDUCTION, tasks.ABDUCTION):  # AZR: code_i/code_o share programs
-            other = tasks.ABDUCTION if t == tasks.DEDUCTION else tasks.DEDUCTION
-            if other not in types:
-              self.buffers[other].add(tasks.CodingTask(**{**task.__dict__, "type": other}), plan.step)
-      flat += len(by_type[t])
-
-    batch = [(t, task) for t in types for task in plan.solver_tasks[t]]
-    solver_rewards = {t: [] for t in types}
+    for (t, j), reward in zip(verified.record.slots, scores.reward):
+      for prompt_ids, tokens, logprobs, mask in proposals.segments[t][j]:
+        rows.append(Row(prompt_ids, tokens, logprobs, float(reward), t, "proposer", completion_mask=mask))
+    batch = [(t, task) for t in self.task_types for task in plan.solver_tasks[t]]
+    solver_rewards = {t: [] for t in self.task_types}
+    rollout_tokens = 0
     if batch:
       with times("generate", "generate: solver rollouts"):
         pred, pred_texts = self._solve(engine, params, [task for _, task in batch], key, 1)
-      proposals.tokens += int(np.sum(pred.lengths))
+      rollout_tokens = int(np.sum(pred.lengths))
       with times("sandbox", "verify: solver rollouts"):
         verdicts = checking.check_many(self.pool, [(task, [checking.extract_solver_answer(task, text)])
                                                    for (_, task), text in zip(batch, pred_texts)])
@@ -418,69 +386,24 @@ class CodingSelfPlay:
         reward = self.table.solver(parsing.format_ok(text, opens_think), verdicts[r][0])
         solver_rewards[t].append(reward)
         rows.append(Row(pred.prompt_tokens[r], pred.tokens[r], pred.logprobs[r], reward, t, "solver"))
-    return rows, self._metrics(plan, proposals, candidates, by_type, solver_rewards, times)
+    tokens = proposals.tokens + verified.tokens + rollout_tokens
+    return rows, coding_metrics.step_metrics(self, plan, verified, scores, solver_rewards, tokens, times)
 
-  def _metrics(self, plan, proposals, candidates, by_type, solver_rewards, times) -> dict[str, Any]:
-    types, cfg = self.task_types, self.config
-    scored = self.reference is not None or (self.local and cfg.reward.name in COS_REWARDS)
-    metrics: dict[str, Any] = {}
-    records, flat = [], 0
-    for t in types:
-      group = [cand for _, cand in by_type[t]]
-      n = len(group)
-      valid = [cand for cand in group if cand.valid]
-      in_band = [cand for cand in valid if 0.0 < cand.solve_rate < 1.0]
-      if scored and valid:
-        metrics[f"{t}/cos_valid_mean"] = float(np.mean([cand.cosine or 0.0 for cand in valid]))
-        if in_band:
-          metrics[f"{t}/cos_eligible_mean"] = float(np.mean([cand.cosine or 0.0 for cand in in_band]))
-      records += [{"type": t, "solve_rate": cand.solve_rate, "cosine": cand.cosine if scored and cand.valid else None,
-                   "reward": cand.reward, "valid": cand.valid, "in_band": cand.eligible,
-                   "jaccard": float(cand.jaccard),  # to the seed / nearest shown reference (copies: > 0.8)
-                   "paid_by": (("cosine" if cfg.reward.name in COS_REWARDS else cfg.reward.name)
-                               if cand.eligible and cand.formatted else "gate")} for cand in group]
-      metrics[f"{t}/in_band_rate"] = len(in_band) / max(n, 1)
-      metrics[f"{t}/valid_rate"] = len(valid) / max(n, 1)
-      metrics[f"{t}/format_rate"] = float(np.mean([cand.formatted for cand in group])) if group else 0.0
-      metrics[f"{t}/reward_proposer"] = float(np.mean([cand.reward for cand in group])) if n else 0.0
-      metrics[f"{t}/reward_solver"] = float(np.mean(solver_rewards[t])) if solver_rewards[t] else 0.0
-      metrics[f"{t}/solver_accuracy"] = (float(np.mean([r == self.table.solver_right for r in solver_rewards[t]]))
-                                         if solver_rewards[t] else 0.0)
-      metrics[f"{t}/buffer_size"] = len(self.buffers[t])
-      valid_idx = [j for j, cand in by_type[t] if cand.valid]
-      novelty_stats = novelty.batch_novelty_metrics(
-          [proposals.program_texts[flat + j] for j in valid_idx],
-          [plan.references[t][j][0] if plan.references[t][j] else "" for j in valid_idx], "python")
-      metrics[f"{t}/copy_rate"] = novelty_stats["copy_rate"]
-      metrics[f"{t}/rename_rate"] = novelty_stats["rename_rate"]
-      flat += n
-    for name in ("valid_rate", "in_band_rate", "copy_rate", "rename_rate"):
-      metrics[name] = float(np.mean([metrics[f"{t}/{name}"] for t in types]))
-    metrics["reward/proposer"] = float(np.mean([metrics[f"{t}/reward_proposer"] for t in types]))
-    metrics["reward/solver"] = float(np.mean([metrics[f"{t}/reward_solver"] for t in types]))
-    cos_means = [metrics[f"{t}/cos_valid_mean"] for t in types if f"{t}/cos_valid_mean" in metrics]
-    if cos_means:
-      metrics["cos_valid_mean"] = float(np.mean(cos_means))
-    if self.local:  # copy rates as Lean's (in-band vs the seed; the report reads copy_rate) + the g_ref path
-      metrics["copy_rate_valid"], metrics["rename_rate_valid"] = metrics["copy_rate"], metrics["rename_rate"]
-      metrics.update(local_reference.copy_metrics(
-          candidates, proposals.program_texts, [s for t in types for s in plan.seeds[t]]))
-      metrics["local/seed_references"] = len({cand.reference for cand in candidates if cand.cosine is not None})
-      metrics["local/cosines_computed"] = sum(cand.cosine is not None for cand in candidates)
-    metrics["solve_rate_histogram"] = histogram([cand.solve_rate for cand in candidates if cand.valid])
-    metrics["candidates"] = records
-    metrics["in_band_count"] = sum(r["in_band"] for r in records)
-    metrics["cos_paid_count"] = sum(r["paid_by"] == "cosine" for r in records)
-    metrics["cos_share"] = summary.cosine_share(records)
-    # Why proposals were invalid and checks failed, counted by validation/checking (never raised).
-    metrics.update({f"verdicts/{k}": v for k, v in verdict_stats.snapshot(reset=True).items()})
-    metrics.update(proposals.soar_metrics)
-    metrics["tokens/generated"] = proposals.tokens
-    metrics["tokens_per_s"] = proposals.tokens / max(times.seconds.get("generate", 0.0), 1e-9)
-    return metrics
+  def commit(self, plan: "CodingPlan", proposals, verified: step_lib.Verified, scores) -> dict[str, Any]:
+    """Valid proposals join the task buffers (AZR: deduction and abduction share programs)."""
+    for (t, _), cand, task in zip(verified.record.slots, verified.candidates, verified.record.tasks):
+      if not cand.valid:
+        continue
+      self.buffers[t].add(task, plan.step)
+      if t in (tasks.DEDUCTION, tasks.ABDUCTION):
+        other = tasks.ABDUCTION if t == tasks.DEDUCTION else tasks.DEDUCTION
+        if other not in self.task_types:
+          self.buffers[other].add(tasks.CodingTask(**{**task.__dict__, "type": other}), plan.step)
+    return {f"{t}/buffer_size": len(self.buffers[t]) for t in self.task_types}
 
-
-EXTERNAL = "external"  # the coding setting's one reference: the MATH-train gold solutions
+  def train_batches(self, rows: list[Row], step: int) -> list[list[Row]]:
+    """All rows in one optimizer step."""
+    return [rows]
 
 
 @dataclasses.dataclass
@@ -494,12 +417,17 @@ class CodingPlan:
   seeds: dict[str, list] = dataclasses.field(default_factory=dict)  # type -> per prompt, its seed task or None
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class CodingProposals:
-  """What the proposer wrote (the `propose` stage), completed by `verify`."""
+  """What the proposer wrote (the `propose` stage)."""
   texts: dict[str, list[str]]            # type -> full response texts
   segments: dict[str, list]              # type -> per response, its training segments
-  tokens: int                            # tokens generated so far this step
-  tasks: list = dataclasses.field(default_factory=list)          # per candidate: the validated task or None
-  program_texts: list = dataclasses.field(default_factory=list)  # per candidate: program (or answer) text
-  soar_metrics: dict = dataclasses.field(default_factory=dict)   # SOAR's measurement (soar_utility only)
+  tokens: int                            # tokens generated for the proposals
+
+
+@dataclasses.dataclass
+class CodingChecks:
+  """The verify stage's record (step.Verified.record), per candidate in candidate order."""
+  slots: list = dataclasses.field(default_factory=list)          # (type, index of the proposal in its type)
+  tasks: list = dataclasses.field(default_factory=list)          # the validated task or None
+  program_texts: list = dataclasses.field(default_factory=list)  # program (or answer) text

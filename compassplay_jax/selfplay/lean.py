@@ -5,7 +5,7 @@ The schedule (docs/lean.md, "The loop", with sources and every difference from S
      (default "seeds": every target with a verified proof; domains/lean/schedule.py);
   2. k proof attempts for every target (solved ones included, as SGS samples all statements each
      iteration) and every valid conjecture -> Lean check -> solve rates;
-  3. coverage update, and the seed pool keeps each target's newest verified proof;
+  3. coverage update, and the seed pool keeps each target's newest verified proof (`commit`);
   4. conjecture reward (default compassplay_cos_novelty) = cos(g(conjecture's first verified
      proof), g_ref) x (1 - token-Jaccard(conjecture, seed)), with g_ref the gradient of the seed's
      verified proof (the one the conjecture was conditioned on) at the current params; computed for
@@ -16,8 +16,9 @@ The schedule (docs/lean.md, "The loop", with sources and every difference from S
      DAPO length penalty for overlong kept proofs (rl/advantages.sgs_solver_weights);
   6. the run loop trains on the rows in `train_batches` (one epoch at lean.train_batch_size rows
      per optimizer step, SGS's one epoch at batch 32).
-Stages 1 (propose), 2-3 (verify) and 5 (rows) are this file's; stage 4's gate, cosines and rewards are
-selfplay/step.py's shared reward stage, which runs them in that order.
+Stages 1 (propose), 2 (verify), 5 (rows) and 3 (commit, after the rows) are this file's; stage 4's
+gate, cosines and rewards are selfplay/step.py's shared reward stage (`score`); step.run_step runs them
+in order: plan, propose, verify, score, rows, commit, advantages (the rows' own), update.
 One model plays both roles (as in AZR); SGS trains two copies.
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from compassplay_jax import config_base
 from compassplay_jax.domains.lean import extraction
 from compassplay_jax.domains.lean.coverage import Coverage
 from compassplay_jax.domains.lean.prompts import conjecturer_prompt, prover_prompt
@@ -47,13 +49,12 @@ from compassplay_jax.selfplay.rollout import Row, reward_config
 from compassplay_jax.verifiers.lean_acceptance import check_proofs, validate_conjecture
 from compassplay_jax.verifiers.lean_checker import check_checker_config, make_checker
 
-COS_REWARDS = ("compassplay_cos", "compassplay_cos_novelty")
 PROPOSER_ADVANTAGES = ("floored_baseline", "sgs_minmax")
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class ConjectureOutcome:
-  """What happened to one conjecture generation (kept in LeanSelfPlay.last_conjectures)."""
+  """What happened to one conjecture generation (filled in stage by stage; its record() is logged)."""
   seed: str                     # the target it was conditioned on
   statement: str | None = None  # the validated statement (renamed theorem), None if invalid
   formatted: bool = False
@@ -66,6 +67,13 @@ class ConjectureOutcome:
   advantage: float = 0.0
   copy: bool = False            # J > 0.8
   rename: bool = False          # canonically equal to the seed, not identical
+
+  def record(self) -> dict[str, Any]:
+    """The metrics line's candidate record (the coding records' fields, plus Lean's)."""
+    return {"type": "conjecture", "seed": self.seed, "solve_rate": self.solve_rate, "cosine": self.cosine,
+            "reward": self.reward, "valid": self.valid, "in_band": self.in_band, "jaccard": float(self.jaccard),
+            "advantage": self.advantage, "copy": self.copy, "rename": self.rename,
+            "paid_by": "cosine" if self.cosine is not None and self.in_band else "gate"}
 
 
 def _targets(config):
@@ -104,15 +112,15 @@ def validate_config(config) -> None:
 class LeanSelfPlay:
   """Targets, the Lean pool, coverage and the seed pool (verified proofs = local references).
 
-  `sampler` (default rollout.sample on the engine's sampler) generates completions; tests pass a
-  scripted one. engine: the run's device engine; None builds a one-device engine on the first step.
+  `sampler` (default rollout.sample, on the engine each stage is given) generates completions; tests
+  pass a scripted one.
   """
 
   PHASES = ("generate", "lean", "reward")
 
-  def __init__(self, config, tokenizer, sampler=None, *, engine=None):
+  def __init__(self, config, tokenizer, sampler=None):
     validate_config(config)
-    self.config, self.tokenizer, self.engine = config, tokenizer, engine
+    self.config, self.tokenizer = config, tokenizer
     self._sampler = sampler or rollout.sample
     self.targets = _targets(config)
     self.by_name = {t.name: t for t in self.targets}
@@ -123,7 +131,6 @@ class LeanSelfPlay:
     self.seeds = SeedPool(names)
     self.generations = 0
     self.supplied_checked = False
-    self.last_conjectures: list[ConjectureOutcome] = []
 
   def close(self):
     self.pool.close()
@@ -157,9 +164,7 @@ class LeanSelfPlay:
     return self._chat(prover_prompt(statement, header)) + self._prover_prefill(header, statement)
 
   def _sample(self, engine, params, prompts, key, **kwargs):
-    return self._sampler(engine.graphdef, params, self.tokenizer, prompts, self.config, key,
-                         device_fns=engine.sampler,
-                         rollout_engine=engine.rollout_engine(self.tokenizer, self.config.sampling), **kwargs)
+    return self._sampler(engine, params, self.tokenizer, prompts, self.config, key, **kwargs)
 
   def _prove(self, engine, params, problems, key):
     """k attempts per (header, statement) -> (generation, per-problem verdict lists, bodies)."""
@@ -190,12 +195,7 @@ class LeanSelfPlay:
         added += 1
     return added
 
-  # ---- one iteration: the stages selfplay/step.py runs ----------------------------------------------
-
-  def collect(self, graphdef, params, step: int, key, progress=None) -> tuple[list[Row], dict[str, Any]]:
-    if self.engine is None:
-      self.engine = step_lib.default_engine(graphdef, params, self.config)
-    return step_lib.collect(self, self.engine, params, step, key, progress)
+  # ---- the stages of an iteration (selfplay/step.run_step runs them in this order) -----------------
 
   def plan(self, step: int) -> "LeanPlan":
     """Supplied proofs checked once per run; the targets attempted and the seeds conditioned on."""
@@ -216,18 +216,16 @@ class LeanSelfPlay:
                           key, n_samples=m) if plan.seed_names else None)
     outcomes = []
     for r, text in enumerate(gen.texts if gen else []):
-      outcome = ConjectureOutcome(seed=plan.seed_names[r // m])
       extracted = extraction.extract_conjecture(text)
       ok, _, statement = validate_conjecture(extracted) if extracted else (False, "", None)
-      outcome.formatted, outcome.valid = extracted is not None, ok
-      if ok:
-        outcome.statement = extraction.rename_theorem(statement, f"compassplay_conjecture_{plan.step}_{r}")
-      outcomes.append(outcome)
+      outcomes.append(ConjectureOutcome(
+          seed=plan.seed_names[r // m], formatted=extracted is not None, valid=ok,
+          statement=extraction.rename_theorem(statement, f"compassplay_conjecture_{plan.step}_{r}") if ok else None))
     return LeanProposals(gen, outcomes)
 
-  def verify(self, engine, params, plan: "LeanPlan", proposals: "LeanProposals", key, times) -> list:
-    """2. k proofs for every scheduled target and valid conjecture -> solve rates; 3. coverage and the
-    seed pool. One Candidate per conjecture (its first verified proof stands for g(x̃))."""
+  def verify(self, engine, params, plan: "LeanPlan", proposals: "LeanProposals", key, times) -> step_lib.Verified:
+    """2. k proofs for every scheduled target and valid conjecture -> solve rates. One Candidate per
+    conjecture (its first verified proof stands for g(x̃)); the record keeps every attempt."""
     k, targets, outcomes = self.config.lean.proofs_per_problem, plan.targets, proposals.outcomes
     valid_rows = [r for r, o in enumerate(outcomes) if o.valid]
     problems = ([(t.header, t.statement) for t in targets]
@@ -235,78 +233,73 @@ class LeanSelfPlay:
     with times("lean", "lean: proofs"):
       prove_gen, verdicts, bodies = self._prove(engine, params, problems, key) if problems else (None, [], [])
     rates = np.asarray([np.mean(v) for v in verdicts], np.float32)
-    self.generations += len(outcomes) + len(problems) * k
-    solved_now = []
-    for i, target in enumerate(targets):
-      if any(verdicts[i]):
-        self.seeds.add(target.name, prove_gen.texts[i * k + verdicts[i].index(True)], plan.step)
-        solved_now.append(target.name)
-    proposals.newly = self.coverage.record(plan.step, solved_now, generations=self.generations)
-    proposals.prove_gen, proposals.verdicts, proposals.bodies, proposals.rates = prove_gen, verdicts, bodies, rates
-    proposals.n_problems = len(problems)
-    candidates = []
+    solved = {target.name: prove_gen.texts[i * k + verdicts[i].index(True)]
+              for i, target in enumerate(targets) if any(verdicts[i])}
     problem_of = {r: len(targets) + c for c, r in enumerate(valid_rows)}
+    candidates, checked = [], []
     for r, o in enumerate(outcomes):
-      cand = step_lib.Candidate(group="conjecture", formatted=o.formatted, valid=o.valid,
-                                reference=o.seed if plan.references[o.seed] is not None else None)
+      solve_rate, solution, jaccard, copy, rename = 0.0, None, 1.0, False, False
       if o.valid:
         seed_statement = self.by_name[o.seed].statement
-        o.solve_rate = cand.solve_rate = float(rates[problem_of[r]])
-        o.jaccard = novelty.token_jaccard(o.statement, seed_statement, language="lean")
-        o.copy = o.jaccard > novelty.COPY_THRESHOLD
-        o.rename = novelty.is_rename(o.statement, seed_statement, "lean")
         p = problem_of[r]
+        solve_rate = float(rates[p])
+        jaccard = novelty.token_jaccard(o.statement, seed_statement, language="lean")
+        copy = jaccard > novelty.COPY_THRESHOLD
+        rename = novelty.is_rename(o.statement, seed_statement, "lean")
         if any(verdicts[p]):
           j = p * k + verdicts[p].index(True)
-          cand.solution = (prove_gen.prompt_tokens[j], prove_gen.tokens[j])
-      cand.jaccard = o.jaccard
-      candidates.append(cand)
-    return candidates
+          solution = (prove_gen.prompt_tokens[j], prove_gen.tokens[j])
+      checked.append(dataclasses.replace(o, solve_rate=solve_rate, jaccard=jaccard, copy=copy, rename=rename))
+      candidates.append(step_lib.Candidate(
+          group="conjecture", formatted=o.formatted, valid=o.valid, solve_rate=solve_rate, solution=solution,
+          reference=o.seed if plan.references[o.seed] is not None else None, jaccard=jaccard))
+    record = LeanChecks(prove_gen, verdicts, bodies, rates, len(problems), solved, checked,
+                        generations=len(outcomes) + len(problems) * k)
+    return step_lib.Verified(candidates, record, tokens=int(np.sum(prove_gen.lengths)) if prove_gen else 0)
 
-  def references(self, plan: "LeanPlan", candidates) -> dict:
+  def references(self, plan: "LeanPlan", verified: step_lib.Verified) -> dict:
     """Local references: each seed's verified proof (the one its conjectures were conditioned on)."""
-    max_len = self.config.sampling.max_prompt_tokens + self.config.reward.max_completion_tokens
-    needed = {c.reference for c in candidates if c.reference is not None and c.valid}
+    max_len = config_base.reward_sequence_len(self.config)
+    needed = {c.reference for c in verified.candidates if c.reference is not None and c.valid}
     return {name: alignment.pack_reference(
                 self.tokenizer, [self.prover_text(self.by_name[name].header, self.by_name[name].statement)],
                 [plan.references[name].completion], max_len=max_len)
             for name in plan.seed_names if name in needed}
 
-  @property
-  def score_options(self) -> dict:
+  def scoring(self) -> step_lib.ScoreOptions:
     cfg = self.config
-    return dict(reward_name=cfg.reward.name, reward_cfg=reward_config(cfg.reward), pad_id=self.tokenizer.pad_token_id,
-                max_len=cfg.sampling.max_prompt_tokens + cfg.reward.max_completion_tokens,
-                uses_cosine=cfg.reward.name in COS_REWARDS)
+    return step_lib.ScoreOptions(reward_name=cfg.reward.name, reward_cfg=reward_config(cfg.reward),
+                                 pad_id=self.tokenizer.pad_token_id, max_len=config_base.reward_sequence_len(cfg))
 
-  def rows(self, engine, params, plan: "LeanPlan", proposals: "LeanProposals", candidates, key, times):
+  def rows(self, engine, params, plan: "LeanPlan", proposals: "LeanProposals", verified: step_lib.Verified,
+           scores: step_lib.Scores, key, times):
     """5. conjecturer rows (SGS band, floored-baseline or min-max advantages) and solver rows
     (REINFORCE-1/2 with SGS's `try` and length rules); rows with advantage 0 are dropped."""
-    cfg, l = self.config, self.config.lean
-    k, n_t, outcomes = l.proofs_per_problem, len(plan.targets), proposals.outcomes
-    conj_gen, prove_gen, rates = proposals.gen, proposals.prove_gen, proposals.rates
-    eligible = np.asarray([c.eligible for c in candidates], bool)
-    raw = np.asarray([c.reward for c in candidates], np.float32)
+    cfg, l, checks = self.config, self.config.lean, verified.record
+    k, n_t = l.proofs_per_problem, len(plan.targets)
+    conj_gen, prove_gen, rates = proposals.gen, checks.prove_gen, checks.rates
+    eligible, raw = scores.eligible, scores.reward
     band = np.zeros_like(eligible)
     if eligible.any():
-      band[eligible] = conjecture_band(np.asarray([o.solve_rate for o in outcomes])[eligible])
+      band[eligible] = conjecture_band(np.asarray([o.solve_rate for o in checks.outcomes])[eligible])
     if l.proposer_advantage == "floored_baseline":
       conj_adv = floored_baseline_advantages(raw, selected=band)
     else:
       conj_adv = reinforce(raw, selected=band)
     rows: list[Row] = []
-    for r, (o, c) in enumerate(zip(outcomes, candidates)):
-      o.cosine, o.reward, o.in_band, o.advantage = c.cosine, float(raw[r]), bool(band[r]), float(conj_adv[r])
+    outcomes = [dataclasses.replace(o, cosine=scores.cosine[r], reward=float(raw[r]), in_band=bool(band[r]),
+                                    advantage=float(conj_adv[r])) for r, o in enumerate(checks.outcomes)]
+    for r, o in enumerate(outcomes):
       rows.append(Row(conj_gen.prompt_tokens[r], conj_gen.tokens[r], conj_gen.logprobs[r], o.reward,
                       "conjecture", "proposer", advantage=o.advantage))
 
-    correct = np.asarray([ok for v in proposals.verdicts for ok in v], np.float32)
+    correct = np.asarray([ok for v in checks.verdicts for ok in v], np.float32)
     weights = np.zeros((0,), np.float32)
     n_try = n_long = 0
     if len(correct):
-      zero = np.asarray([l.zero_weight_try and extraction.uses_try(b) for b in proposals.bodies], np.float32)
+      zero = np.asarray([l.zero_weight_try and extraction.uses_try(b) for b in checks.bodies], np.float32)
       lengths = np.asarray(prove_gen.lengths) if l.overlong_penalty else None
-      weights = sgs_solver_weights(correct, np.repeat(np.arange(proposals.n_problems), k),
+      weights = sgs_solver_weights(correct, np.repeat(np.arange(checks.n_problems), k),
                                    max_solve_rate=l.solver_band_max, zero_weight=zero, lengths=lengths,
                                    max_tokens=cfg.sampling.max_new_tokens)
       n_try = int(np.sum(zero * correct))
@@ -315,15 +308,11 @@ class LeanSelfPlay:
         rows.append(Row(prove_gen.prompt_tokens[j], prove_gen.tokens[j], prove_gen.logprobs[j], 1.0,
                         "target" if j // k < n_t else "conjecture", "solver", advantage=float(weights[j])))
     rows = [r for r in rows if r.advantage != 0.0]  # no gradient; SGS never puts them in the batch
-    self.last_conjectures = outcomes
 
     trained = [o for o in outcomes if o.in_band]
     cosines = [o.cosine for o in outcomes if o.cosine is not None]
-    newly = proposals.newly
     metrics = {
-        "coverage": self.coverage.fraction, "coverage/solved": len(self.coverage.solved),
-        "coverage/newly_solved": len(newly), "lean/first_solved": {n: plan.step for n in newly},
-        "lean/seeds": len(self.seeds), "lean/seeds_supplied": plan.supplied, "lean/targets_attempted": n_t,
+        "lean/seeds_supplied": plan.supplied, "lean/targets_attempted": n_t,
         "lean/conjectures": len(outcomes), "lean/conjectures_eligible": int(eligible.sum()),
         "lean/cosines_computed": len(cosines),
         "valid_rate": float(np.mean([o.valid for o in outcomes])) if outcomes else 0.0,
@@ -338,10 +327,22 @@ class LeanSelfPlay:
         "rename_rate": float(np.mean([o.rename for o in trained])) if trained else 0.0,
         "lean/solver_rows": int(np.count_nonzero(weights)), "lean/proofs_try_zeroed": n_try,
         "lean/proofs_length_penalized": n_long,
-        "solve_rate_histogram": histogram(rates.tolist()), "generations": self.generations,
+        "solve_rate_histogram": histogram(rates.tolist()),
         "tokens/generated": int(sum(np.sum(g.lengths) for g in (conj_gen, prove_gen) if g is not None)),
+        "candidates": [o.record() for o in outcomes],
     }
     return rows, metrics
+
+  def commit(self, plan: "LeanPlan", proposals, verified: step_lib.Verified, scores) -> dict[str, Any]:
+    """3. The seed pool keeps each solved target's newest verified proof; coverage records the solves."""
+    checks = verified.record
+    for name, completion in checks.solved.items():
+      self.seeds.add(name, completion, plan.step)
+    self.generations += checks.generations
+    newly = self.coverage.record(plan.step, list(checks.solved), generations=self.generations)
+    return {"coverage": self.coverage.fraction, "coverage/solved": len(self.coverage.solved),
+            "coverage/newly_solved": len(newly), "lean/first_solved": {n: plan.step for n in newly},
+            "lean/seeds": len(self.seeds), "generations": self.generations}
 
   def train_batches(self, rows: list[Row], step: int) -> list[list[Row]]:
     """The iteration's optimizer steps: `epochs_per_iteration` shuffled passes over the rows,
@@ -367,14 +368,21 @@ class LeanPlan:
   supplied: int                # supplied proofs that joined the seed pool this iteration
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class LeanProposals:
-  """The conjectures (`propose`), completed by `verify` with the proof attempts."""
+  """The conjectures (`propose`)."""
   gen: Any                                  # the conjecture GenerationResult (None when no seeds)
-  outcomes: list                            # ConjectureOutcome per conjecture
-  prove_gen: Any = None                     # the proof GenerationResult
-  verdicts: list = dataclasses.field(default_factory=list)  # per problem, per attempt: verified
-  bodies: list = dataclasses.field(default_factory=list)    # per attempt: the proof body
-  rates: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros((0,), np.float32))
-  n_problems: int = 0
-  newly: list = dataclasses.field(default_factory=list)     # targets first solved this iteration
+  outcomes: list                            # ConjectureOutcome per conjecture (statement, format, validity)
+
+
+@dataclasses.dataclass(frozen=True)
+class LeanChecks:
+  """The verify stage's record (step.Verified.record): every proof attempt of the iteration."""
+  prove_gen: Any                            # the proof GenerationResult (None when nothing was attempted)
+  verdicts: list                            # per problem (targets, then valid conjectures), per attempt: verified
+  bodies: list                              # per attempt: the proof body
+  rates: np.ndarray                         # per problem: solve rate
+  n_problems: int
+  solved: dict                              # target name -> its first verified proof this iteration
+  outcomes: list                            # ConjectureOutcome per conjecture, solve rate and novelty filled in
+  generations: int = 0                      # sequences generated this iteration (coverage's x axis)

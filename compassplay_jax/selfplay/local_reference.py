@@ -27,6 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from compassplay_jax.rewards import novelty
+from compassplay_jax.rewards.proposer_rewards import in_band
 
 EXTERNAL = "external"  # g_ref from the reference set (config.reward.reference_path), one for all candidates
 LOCAL = "local"        # g_ref per seed: the solver's verified solution of the seed task
@@ -63,7 +64,7 @@ def copy_metrics(candidates, programs: Sequence[str], seeds: Sequence, language:
   equal, not identical), exact_copy_rate (the same token sequence). Same names as Lean's, so the
   report's copy-rate figure and table read coding runs too."""
   pairs = [(p, s.program) for c, p, s in zip(candidates, programs, seeds)
-           if s is not None and c.valid and 0.0 < c.solve_rate < 1.0]
+           if s is not None and c.valid and in_band(c.solve_rate)]
   stats = novelty.batch_novelty_metrics([p for p, _ in pairs], [s for _, s in pairs], language)
   exact = [novelty.is_identical(p, s, language) for p, s in pairs]
   return {"copy_rate": stats["copy_rate"], "rename_rate": stats["rename_rate"],

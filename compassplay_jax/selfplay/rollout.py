@@ -10,7 +10,6 @@ import numpy as np
 from compassplay_jax.config_base import dataclass_from
 from compassplay_jax.rewards.proposer_rewards import RewardConfig
 from compassplay_jax.sampling import SamplingConfig
-from compassplay_jax.sampling.engine import RolloutEngine, make_engine
 
 
 @dataclasses.dataclass
@@ -46,33 +45,17 @@ def truncate_prompt(tokenizer, text: str, max_tokens: int) -> list[int]:
   return ids[-max_tokens:]
 
 
-def sample(graphdef, params, tokenizer, prompts: Sequence[str | Sequence[int]], config, key, *, n_samples: int = 1,
-           max_new_tokens: int | None = None, stop_strings: Sequence[str] = (), device_fns=None,
-           rollout_engine: RolloutEngine | None = None):
+def sample(engine, params, tokenizer, prompts: Sequence[str | Sequence[int]], config, key, *, n_samples: int = 1,
+           max_new_tokens: int | None = None, stop_strings: Sequence[str] = ()):
   """Generation for prompts: texts (capped at config.sampling.max_prompt_tokens, keeping the end) or
-  token ids (used as they are), through a rollout engine (sampling/engine.py): `rollout_engine` when
-  given (the run's engine owns it, so a continuous engine keeps its slot cache between calls, and an
-  external engine plugs in there), else a new one as config.sampling.engine names on device_fns."""
+  token ids (used as they are), through the run engine's rollout engine (`engine.rollout_engine`: the
+  one config.sampling.engine names, kept between calls; an external engine plugs in there)."""
   ids = [truncate_prompt(tokenizer, p, config.sampling.max_prompt_tokens) if isinstance(p, str) else list(p)
          for p in prompts]
   cfg = sampling_config(config, n_samples=n_samples, max_new_tokens=max_new_tokens, stop_strings=stop_strings)
-  engine = rollout_engine or make_rollout_engine(graphdef, tokenizer, config, device_fns)
-  engine.update_params(params)
-  return engine.generate(ids, cfg, key)
-
-
-def make_rollout_engine(graphdef, tokenizer, config, device_fns=None) -> RolloutEngine:
-  """The engine config.sampling.engine names: "static" on device_fns (any mesh) or "continuous"
-  (one device)."""
-  s = config.sampling
-  name = s.get("engine", "static")
-  if name != "continuous":
-    return make_engine(name, graphdef, tokenizer, device_fns=device_fns)
-  mesh = getattr(device_fns, "mesh", None)
-  if mesh is not None and mesh.size > 1:
-    raise ValueError("config.sampling.engine='continuous' runs on one device; use 'static' on a multi-device mesh")
-  return make_engine("continuous", graphdef, tokenizer, slots=s.micro_batch_size,
-                     chunk_tokens=s.get("chunk_tokens", 8))
+  rollout_engine = engine.rollout_engine(tokenizer, config.sampling)
+  rollout_engine.update_params(params)
+  return rollout_engine.generate(ids, cfg, key)
 
 
 def split_key(key, n: int):

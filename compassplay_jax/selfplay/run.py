@@ -11,12 +11,10 @@ import jax
 import tqdm
 
 from compassplay_jax.metrics import read_metrics, summary_line
-from compassplay_jax.models.config import ConfigError
 from compassplay_jax.engine import EngineSettings
 from compassplay_jax.model_setup import build_model, restore_params  # noqa: F401  (used by tests and tools)
 from compassplay_jax.rl.train_step import TrainConfig
-
-SETTINGS = ("coding", "lean")
+from compassplay_jax.selfplay.session import Session
 
 SUMMARY_KEYS = [("proposer", "reward/proposer"), ("solver", "reward/solver"), ("valid", "valid_rate"),
                 ("in-band", "in_band_rate"), ("cos-paid", "cos_paid_count"), ("cos share", "cos_share"),
@@ -29,36 +27,20 @@ def train_config(config) -> TrainConfig:
   return EngineSettings.from_config(config).train
 
 
-def make_setting(config, tokenizer, engine=None, *, validate_only: bool = False):
-  """The setting's self-play object (opens its sandbox or Lean pool), running its device work through
-  `engine`. With validate_only, checks the config and data files without starting anything."""
-  if config.setting not in SETTINGS:
-    raise ConfigError(f"config.setting: {config.setting!r} is not one of {SETTINGS}")
-  if config.setting == "coding":
-    from compassplay_jax.selfplay import coding
-    if validate_only:
-      return coding.validate_config(config)
-    from compassplay_jax.verifiers.sandbox import SandboxLimits, SandboxPool
-    pool = SandboxPool(num_workers=config.sandbox.num_workers or None,
-                       limits=SandboxLimits(timeout_s=config.sandbox.timeout_s))
-    return coding.CodingSelfPlay(config, tokenizer, pool, engine=engine)
-  from compassplay_jax.selfplay import lean
-  if validate_only:
-    return lean.validate_config(config)
-  return lean.LeanSelfPlay(config, tokenizer, engine=engine)
-
-
 def run(config, workdir: pathlib.Path) -> dict:
   """Trains for config.steps steps in workdir, resuming from its latest checkpoint. Returns the last metrics.
 
   The steps are selfplay/session.py's `Session.step`, one per iteration, under a progress bar."""
-  from compassplay_jax.selfplay.session import Session
   t_start = time.time()
   workdir = pathlib.Path(workdir)
   session = Session.create(config, workdir)
   start = session.start
   metrics = {}
   try:
+    if start == 0 and config.eval.every_steps and config.eval.at_start:
+      base = session.evaluate_base()  # the base model: the report's step-0 row
+      print("[compassplay] step 0 (base model): " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(base.items())),
+            flush=True)
     bar = tqdm.tqdm(range(start + 1, config.steps + 1), initial=start, total=config.steps, desc="self-play",
                     unit="step", dynamic_ncols=True, disable=None)
     for step in bar:
@@ -77,20 +59,6 @@ def run(config, workdir: pathlib.Path) -> dict:
   if jax.process_index() == 0:
     print(_proposer_summary(workdir), flush=True)
   return metrics
-
-
-def _evaluate(config, engine, params, tokenizer, step, workdir, items, metrics):
-  """Greedy evaluation through the harness (the engine's sampler); adds eval/<benchmark> accuracies."""
-  from compassplay_jax.evals import harness
-  items = items if items is not None else harness.load_items(config.eval)
-
-  def generate_fn(prompts):
-    return engine.greedy_texts(params, tokenizer, prompts, config.eval.max_new_tokens, config.eval.batch_size)
-
-  results = harness.evaluate(generate_fn, tokenizer, items, eval_config=config.eval, step=step, workdir=str(workdir))
-  for name, result in results.get("benchmarks", {}).items():
-    metrics[f"eval/{name}"] = result["accuracy"]
-  return items
 
 
 def _final_summary(summary) -> str:

@@ -56,6 +56,13 @@ def _truncate(p, c, lp, m, max_len):
   return p[len(p) - (max_len - len(c)):], c, lp[:len(c)], m[:len(c)]
 
 
+def trained_tokens(prompt: Sequence[int], completion: Sequence[int], completion_mask: Sequence[float],
+                   max_len: int | None) -> float:
+  """The completion tokens a row trains on once packed (its mask after truncation to max_len)."""
+  _, c, _, m = _truncate(list(prompt), list(completion), [0.0] * len(completion), list(completion_mask), max_len)
+  return float(np.sum(m[:len(c)]))
+
+
 def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int,
          logprobs: Sequence[Sequence[float]] | None = None, *, row_multiple: int = 1,
          max_len: int | None = None, completion_window: bool = False,

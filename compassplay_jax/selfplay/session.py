@@ -1,7 +1,7 @@
 """A self-play run as an object, one step per call: what `python -m compassplay_jax.main` loops over.
 
     session = Session.create(config, workdir)     # build, restore the latest checkpoint if any
-    metrics = session.step()                      # propose -> verify -> reward -> update, logged and saved
+    metrics = session.step()                      # selfplay/step.run_step, evaluated when due, logged and saved
     session.reference_loss()                      # the solver's mean loss on the reference set (coding)
     session.close()
 
@@ -12,10 +12,10 @@ writes its metrics line to workdir/metrics.jsonl and its checkpoint, exactly as 
 from __future__ import annotations
 
 import pathlib
-import time
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
@@ -39,22 +39,22 @@ class Session:
     self.accelerator_s_total = last_value(self.workdir, "cost/accelerator_s_total") if start else 0.0
     self.eval_items = None
     self._own_reference = None
+    self.update_options = step_lib.UpdateOptions.from_config(config, tokenizer.pad_token_id)
 
   @classmethod
   def create(cls, config, workdir) -> "Session":
     """Checks the config, builds the model, engine and setting, and restores workdir's latest checkpoint."""
-    from compassplay_jax import distributed
     from compassplay_jax import sharding as sh
     from compassplay_jax.backend import describe_backend
     from compassplay_jax.data_checks import prepare_config
-    from compassplay_jax.selfplay.run import make_setting
+    from compassplay_jax.selfplay.settings import make_setting, validate_setting
     # Multi-host: join the run before anything asks JAX about processes or devices.
     distributed.initialize()  # from COMPASSPLAY_* variables; a no-op on one host
     workdir = pathlib.Path(workdir)
     # Everything that can be wrong with the input is checked before any model is loaded.
     prepare_config(config)  # data: paths -> files in the data directory; missing ones name their fetch command
     config_base.check_config(config)
-    make_setting(config, None, validate_only=True)
+    validate_setting(config)
     compile_cache.enable(config.compile_cache_dir)  # before anything compiles
     compiles = compile_cache.CompileStats()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -73,7 +73,7 @@ class Session:
     if engine.settings.train.micro_batch_size != config.train.micro_batch_size:
       print(f"[compassplay] train micro-batch {config.train.micro_batch_size} -> "
             f"{engine.settings.train.micro_batch_size} rows (a multiple of data*fsdp)", flush=True)
-    setting = make_setting(config, tokenizer, engine)
+    setting = make_setting(config, tokenizer)
     try:
       # The KL term's frozen reference policy: the initial params, laid out like the policy (kept apart
       # from them, which the train step donates).
@@ -88,8 +88,9 @@ class Session:
         setting.load_state_dict(extra["selfplay"])
         print(f"[compassplay] resumed from step {start}", flush=True)
       if jax.process_index() == 0:
-        # Steps logged after the last checkpoint (or before the first one) are run again: drop them.
-        truncate_metrics(workdir, start)
+        # Steps logged after the last checkpoint (or before the first one, the step-0 evaluation
+        # included) are run again: drop them.
+        truncate_metrics(workdir, start if start else -1)
       writer = MetricsWriter(workdir, enabled=jax.process_index() == 0)
     except BaseException:
       setting.close()
@@ -99,31 +100,18 @@ class Session:
                writer=writer, compiles=compiles)
 
   def step(self, progress: Callable[[str], Any] | None = None) -> dict[str, Any]:
-    """Runs the next step (propose -> verify -> reward -> advantages -> update), logs it to metrics.jsonl,
-    checkpoints it and returns its metrics. `progress` is told the phase as it starts."""
-    config, engine = self.config, self.engine
-    progress = progress or (lambda label: None)
+    """Runs the next step (selfplay/step.run_step: plan -> propose -> verify -> score -> rows -> commit
+    -> advantages -> update), evaluates when due, logs it to metrics.jsonl, checkpoints it and returns
+    its metrics. `progress` is told the phase as it starts."""
+    config = self.config
     self.step_count += 1
     step = self.step_count
-    t0 = time.time()
     compiled_before = self.compiles.totals()
-    self.key, k_collect, k_train = jax.random.split(self.key, 3)
-    # propose -> verify -> reward (the setting's stages, selfplay/step.py)
-    rows, metrics = self.setting.collect(self.graphdef, self.params, step, k_collect, progress=progress)
-    metrics = dict(metrics)
-    if rows:
-      # advantages -> update. A setting may split its rows into several optimizer steps (Lean: SGS's
-      # one epoch at batch 32); with micro_batch_tokens > 0 rows are packed by their real length.
-      progress("update")
-      chunks = self.setting.train_batches(rows, step) if hasattr(self.setting, "train_batches") else [rows]
-      t1 = time.time()
-      self.params, self.opt_state, train_metrics = step_lib.update(
-          engine, self.params, self.opt_state, chunks, k_train, pad_id=self.tokenizer.pad_token_id,
-          max_len=config.sampling.max_prompt_tokens + config.sampling.max_new_tokens,
-          token_budget=config.train.micro_batch_tokens, ref_params=self.ref_params)
-      metrics.update(train_metrics)
-      metrics["time/update"] = time.time() - t1
-    metrics["time/step"] = time.time() - t0
+    self.key, key = jax.random.split(self.key)
+    result = step_lib.run_step(self.setting, self.engine, self.params, self.opt_state, step, key,
+                               update=self.update_options, ref_params=self.ref_params, progress=progress)
+    self.params, self.opt_state = result.params, result.opt_state
+    metrics = dict(result.metrics)
     # The cost axis of the reports: wall time x devices (docs/experiments.md); eval time not included.
     metrics["cost/accelerator_s"] = metrics["time/step"] * jax.device_count()
     self.accelerator_s_total += metrics["cost/accelerator_s"]
@@ -131,12 +119,25 @@ class Session:
     compiled_after = self.compiles.totals()
     metrics.update({k: compiled_after[k] - compiled_before[k] for k in compiled_after})
     if config.eval.every_steps and step % config.eval.every_steps == 0:
-      from compassplay_jax.selfplay.run import _evaluate
-      self.eval_items = _evaluate(config, engine, self.params, self.tokenizer, step, self.workdir, self.eval_items,
-                                  metrics)
+      metrics.update(self.evaluate(step))
     self.writer.write(step, metrics)
     self.manager.save(step, self.params, self.opt_state, self.key,
                       {"selfplay": self.setting.state_dict(), "step": step}, force=step == config.steps)
+    return metrics
+
+  def evaluate(self, step: int) -> dict[str, float]:
+    """Greedy evaluation of the current params on config.eval's benchmarks: {eval/<benchmark>: accuracy}."""
+    from compassplay_jax.selfplay import evaluation
+    if self.eval_items is None:
+      self.eval_items = evaluation.load_items(self.config)
+    return evaluation.evaluate(self.config, self.engine, self.params, self.tokenizer, step, self.workdir,
+                               self.eval_items)
+
+  def evaluate_base(self) -> dict[str, float]:
+    """The step-0 evaluation (the base model, before any update), logged as metrics line 0: the
+    report's base-model row. Only on a fresh run whose config evaluates (eval.every_steps > 0)."""
+    metrics = self.evaluate(0)
+    self.writer.write(0, metrics)
     return metrics
 
   def reference_loss(self) -> float:
@@ -164,7 +165,7 @@ class Session:
       # Kept here, not on the setting: a setting with a reference set scores cosines against it.
       reference = self._own_reference = alignment.pack_reference(
           self.tokenizer, [coding.render(self.tokenizer, p.problem, self.setting.style) for p in problems],
-          [p.solution for p in problems], max_len=self.config.sampling.max_prompt_tokens + r.max_completion_tokens)
+          [p.solution for p in problems], max_len=config_base.reward_sequence_len(self.config))
     return reference
 
   def close(self) -> None:

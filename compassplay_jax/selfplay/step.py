@@ -1,31 +1,305 @@
-"""One self-play step, read top to bottom:
+"""One self-play step, in the order it runs: `run_step` below, read top to bottom.
 
-    propose ─> verify ─> reward ─> advantages ─> update
-    setting.collect: sample proposals and solutions (engine's sampler), check them (sandbox / Lean),
-      score proposers (engine's g_ref and cosines, the eligibility gate below, proposer_rewards)
-    advantages: per row, TRR++ over (group, role) unless the setting set its own (Lean)
-    update: rows packed into batches, one engine train step per batch the setting asks for
+    plan -> propose -> verify -> score -> rows -> commit -> advantages -> update
 
-The settings (selfplay/coding.py, selfplay/lean.py) supply `collect` (and optionally
-`train_batches`); everything they share lives here: the phase timer, the eligibility gate,
-advantages and the update. Device work goes through the engine (engine.py) passed in.
+A setting (selfplay/coding.py, selfplay/lean.py) supplies the stages named in `Setting`; the stages
+both settings share live here: the eligibility gate and the reward stage (`score`: g_ref, cosines,
+SOAR's measurement, proposer rewards), the advantages and the update. Stages hand each other records
+(plan, proposals, `Verified`, `Scores`, rows); the one stage that changes a setting's own state
+(task buffers, Lean's seed pool and coverage) is `commit`. Device work goes through the engine
+(engine.py) passed in. `Session.step` (selfplay/session.py) is this function plus evaluation,
+metrics and the checkpoint.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import jax
 import numpy as np
 
-from compassplay_jax.rewards.proposer_rewards import RewardConfig
-from compassplay_jax.rewards.proposer_rewards import eligible as band_gate
+from compassplay_jax.rewards import proposer_rewards as rewards_lib
 from compassplay_jax.rl.advantages import trr_plus_plus
+from compassplay_jax.selfplay import alignment, soar_measure
 from compassplay_jax.selfplay.rollout import Row
-from compassplay_jax.selfplay.sequences import pack, pack_by_length
+from compassplay_jax.selfplay.sequences import LENGTH_BUCKETS, PackedBatch, pack, pack_by_length, trained_tokens
 
+
+# ---- the records stages exchange ---------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+  """One proposal after verification: everything the reward stage reads."""
+  group: str                      # task type ("deduction", ...) or "conjecture"
+  formatted: bool                 # the response had the expected format
+  valid: bool                     # the verifier accepted the proposed task
+  solve_rate: float = 0.0         # fraction of the solver's samples verified correct
+  solution: tuple | None = None   # (prompt ids, completion ids) whose loss gradient stands for g(x̃)
+  reference: str | None = None    # key of the reference gradient g(x̃) is compared with
+  jaccard: float = 0.0            # token-Jaccard to the seed / nearest shown reference
+  report_cosine: bool = False     # compute the cosine even when not eligible (reported, never paid)
+
+
+@dataclasses.dataclass
+class Verified:
+  """The verify stage's output: one Candidate per proposal, the setting's own record of the checks
+  (coding: validated tasks; Lean: proof attempts and verdicts) and the tokens it generated."""
+  candidates: list[Candidate]
+  record: Any = None
+  tokens: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class SoarOptions:
+  """SOAR's measurement (reward soar_utility; selfplay/soar_measure.py)."""
+  heldout: PackedBatch
+  group_size: int
+  steps: int
+  learning_rate: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoreOptions:
+  """How a setting's candidates are scored (the reward stage's knobs)."""
+  reward_name: str
+  reward_cfg: rewards_lib.RewardConfig
+  pad_id: int
+  max_len: int                                      # reward sequences: prompt + solution tokens
+  buckets: Sequence[int] = LENGTH_BUCKETS           # length buckets of the cosine passes
+  fixed_rows: bool = False                          # pad cosine passes to the micro-batch (fewer shapes)
+  soar: SoarOptions | None = None
+
+
+@dataclasses.dataclass
+class Scores:
+  """The reward stage's output, per candidate (in the candidates' order), plus its metrics."""
+  eligible: np.ndarray              # (N,) bool: the gate (valid, formatted, in band, has a reference)
+  cosine: list                      # (N,) float or None where no cosine was computed
+  reward: np.ndarray                # (N,) float32 proposer rewards
+  heldout_improvement: np.ndarray   # (N,) float32 SOAR's measured improvement (0 when not measured)
+  metrics: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateOptions:
+  """How rows become train batches (config.train / config.sampling; `from_config`)."""
+  pad_id: int
+  max_len: int            # trained sequences: prompt + completion tokens
+  token_budget: int = 0   # > 0: rows packed by length into micro-batches of this many tokens
+
+  @classmethod
+  def from_config(cls, config, pad_id: int) -> "UpdateOptions":
+    from compassplay_jax import config_base
+    return cls(pad_id=pad_id, max_len=config_base.train_sequence_len(config),
+               token_budget=config.train.micro_batch_tokens)
+
+
+@dataclasses.dataclass
+class StepResult:
+  params: Any
+  opt_state: Any
+  metrics: dict[str, Any]
+  rows: list[Row]            # the trained rows, advantages set
+  candidates: list[Candidate]
+  scores: Scores
+
+
+class Setting(Protocol):
+  """What a setting supplies to `run_step` (selfplay/coding.py, selfplay/lean.py)."""
+
+  PHASES: tuple[str, ...]  # its timed phases besides "update" (time/<phase> in the metrics)
+
+  def plan(self, step: int) -> Any:
+    """Host-side choices of the step, seeded by the step (random.Random(f"{seed}:{step}"))."""
+
+  def propose(self, engine, params, plan, key, times: "PhaseTimes") -> Any:
+    """Sampled proposals."""
+
+  def verify(self, engine, params, plan, proposals, key, times: "PhaseTimes") -> Verified:
+    """Checks of the proposals and the solver's samples on them -> one Candidate per proposal."""
+
+  def references(self, plan, verified: Verified) -> dict[str, PackedBatch]:
+    """{key: reference sequences}: what g(x̃) of a candidate with that `reference` key is compared with."""
+
+  def scoring(self) -> ScoreOptions:
+    """The reward stage's knobs."""
+
+  def rows(self, engine, params, plan, proposals, verified: Verified, scores: Scores, key,
+           times: "PhaseTimes") -> tuple[list[Row], dict[str, Any]]:
+    """Training rows (proposer rows and the solver's rollouts) and the step's metrics."""
+
+  def commit(self, plan, proposals, verified: Verified, scores: Scores) -> dict[str, Any]:
+    """The step's outcomes applied to the setting's state (buffers, seed pool, coverage); its metrics."""
+
+  def train_batches(self, rows: list[Row], step: int) -> list[list[Row]]:
+    """The rows cut into optimizer steps."""
+
+  def state_dict(self) -> dict[str, Any]: ...
+
+  def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+  def close(self) -> None: ...
+
+
+# ---- the step --------------------------------------------------------------------------------------
+
+def run_step(setting: Setting, engine, params, opt_state, step: int, key, *, update: UpdateOptions | None,
+             ref_params=None, progress: Callable[[str], Any] | None = None) -> StepResult:
+  """One self-play step. update=None stops after the advantages (params unchanged): rollouts and
+  rewards only. ref_params: the frozen reference policy of the KL term (train.kl_coef > 0)."""
+  t0 = time.time()
+  times = PhaseTimes(setting.PHASES + ("update",), progress)
+  k_propose, k_verify, k_rows, k_update = jax.random.split(key, 4)
+  plan = setting.plan(step)
+  proposals = setting.propose(engine, params, plan, k_propose, times)
+  verified = setting.verify(engine, params, plan, proposals, k_verify, times)
+  scores = score(engine, params, verified.candidates, setting.references(plan, verified), setting.scoring(), times)
+  rows, metrics = setting.rows(engine, params, plan, proposals, verified, scores, k_rows, times)
+  metrics = {**metrics, **scores.metrics, **setting.commit(plan, proposals, verified, scores)}
+  rows = with_advantages(rows, update.max_len if update else None)
+  if update is not None and rows:
+    with times("update", "update"):
+      params, opt_state, train_metrics = update_params(engine, params, opt_state, setting.train_batches(rows, step),
+                                                       k_update, update, ref_params=ref_params)
+    metrics.update(train_metrics)
+  metrics.update(times.metrics())
+  metrics["time/step"] = time.time() - t0
+  return StepResult(params, opt_state, metrics, rows, verified.candidates, scores)
+
+
+# ---- score: the reward stage --------------------------------------------------------------------
+
+def eligible(solve_rates, valid, formatted=None, has_reference=None,
+             config: rewards_lib.RewardConfig = rewards_lib.AZR_CODE) -> np.ndarray:
+  """(N,) bool: the candidates a cosine may pay. proposer_rewards' gate (valid, formatted, in the
+  band) and, where given, a reference gradient to compare with (Lean's local reference)."""
+  rates = np.asarray(solve_rates, np.float32)
+  formatted = np.ones(rates.shape, bool) if formatted is None else np.asarray(formatted, bool)
+  gate = np.asarray(rewards_lib.eligible(rates, np.asarray(valid, bool), formatted, config), bool)
+  return gate if has_reference is None else gate & np.asarray(has_reference, bool)
+
+
+def score(engine, params, candidates: Sequence[Candidate], references: dict, options: ScoreOptions,
+          times: "PhaseTimes | None" = None) -> Scores:
+  """The reward stage, shared by both settings: the eligibility gate, one g_ref per reference at the
+  current params, the cosines of eligible (and report_cosine) candidates, SOAR's measurement, then
+  proposer_rewards."""
+  times = times or PhaseTimes()
+  n = len(candidates)
+  uses_cosine = rewards_lib.uses_cosine(options.reward_name)
+  gate = eligible([c.solve_rate for c in candidates], [c.valid for c in candidates], None,
+                  [c.reference is not None or not uses_cosine for c in candidates], options.reward_cfg)
+  cosines: list = [None] * n
+  if uses_cosine:
+    with times("reward", "reward: cosines"):
+      for key, reference in references.items():
+        members = [i for i, c in enumerate(candidates) if c.reference == key and c.solution is not None
+                   and (gate[i] or (c.report_cosine and c.valid))]
+        if not members:
+          continue
+        g_ref = alignment.reference_gradient(engine, params, reference, options.pad_id)
+        cos = alignment.candidate_cosines(
+            engine, params, g_ref, [candidates[i].solution[0] for i in members],
+            [candidates[i].solution[1] for i in members], options.pad_id, max_len=options.max_len,
+            fixed_rows=options.fixed_rows, buckets=options.buckets)
+        for i, value in zip(members, cos["cosines"]):
+          cosines[i] = float(value)
+  heldout, metrics = np.zeros((n,), np.float32), {}
+  if options.soar is not None:
+    with times("soar", "reward: SOAR inner training"):
+      heldout, metrics = soar_measure.measure(engine, params, candidates, options.soar, pad_id=options.pad_id,
+                                              max_len=options.max_len, reward_cfg=options.reward_cfg)
+  rewards = rewards_lib.proposer_rewards(
+      options.reward_name, cosines=np.asarray([c or 0.0 for c in cosines], np.float32),
+      solve_rates=np.asarray([c.solve_rate for c in candidates], np.float32),
+      valid=np.asarray([c.valid for c in candidates], bool),
+      well_formatted=np.asarray([c.formatted for c in candidates], bool),
+      jaccard_to_seed=np.asarray([c.jaccard for c in candidates], np.float32),
+      heldout_improvement=heldout, config=options.reward_cfg)
+  return Scores(np.asarray(gate, bool), cosines, np.asarray(rewards, np.float32), np.asarray(heldout, np.float32),
+                metrics)
+
+
+# ---- advantages and update -----------------------------------------------------------------------
+
+def _mask(r: Row) -> np.ndarray:
+  return np.ones(len(r.completion_ids)) if r.completion_mask is None else np.asarray(r.completion_mask)
+
+
+def with_advantages(rows: Sequence[Row], max_len: int | None) -> list[Row]:
+  """The rows with their advantages: their own when every row carries one (Lean's REINFORCE weights),
+  else TRR++ over (group, role) groups, token-weighted by each row's trained completion tokens
+  (after truncation to max_len, as the update packs them)."""
+  rows = list(rows)
+  if all(r.advantage is not None for r in rows):
+    return rows
+  counts = [trained_tokens(r.prompt_ids, r.completion_ids, _mask(r), max_len) for r in rows]
+  adv = trr_plus_plus([r.reward for r in rows], [r.group for r in rows], [r.role for r in rows], counts)
+  return [dataclasses.replace(r, advantage=float(a)) for r, a in zip(rows, np.asarray(adv, np.float32))]
+
+
+def _advantages(rows: Sequence[Row]) -> np.ndarray:
+  if any(r.advantage is None for r in rows):
+    raise ValueError("rows without advantages: run them through step.with_advantages first")
+  return np.asarray([r.advantage for r in rows], np.float32)
+
+
+def padded_batch(rows: Sequence[Row], pad_id: int, micro_batch_size: int, max_len: int | None = None) -> dict:
+  """All rows (advantages set) in one completion-window batch, rows padded to a multiple of micro_batch_size."""
+  packed = pack([r.prompt_ids for r in rows], [r.completion_ids for r in rows], pad_id, [r.logprobs for r in rows],
+                row_multiple=micro_batch_size, max_len=max_len, completion_window=True,
+                completion_masks=[_mask(r) for r in rows])
+  advantages = np.zeros((packed.tokens.shape[0],), np.float32)
+  advantages[:len(rows)] = _advantages(rows)
+  return {**packed.as_dict(), "advantages": advantages}
+
+
+def length_buckets(rows: Sequence[Row], pad_id: int, token_budget: int, max_len: int | None = None) -> list[dict]:
+  """The same rows as micro-batches packed by real length (sequences.pack_by_length)."""
+  adv = _advantages(rows)
+  packed = pack_by_length([r.prompt_ids for r in rows], [r.completion_ids for r in rows], pad_id,
+                          [r.logprobs for r in rows], [_mask(r) for r in rows], token_budget=token_budget,
+                          max_len=max_len)
+  batches = []
+  for idx, p in packed:
+    advantages = np.zeros((p.tokens.shape[0],), np.float32)
+    advantages[:len(idx)] = adv[idx]
+    batches.append({**p.as_dict(), "advantages": advantages})
+  return batches
+
+
+def update_params(engine, params, opt_state, chunks: Sequence[Sequence[Row]], key, options: UpdateOptions, *,
+                  ref_params=None):
+  """One engine train step per chunk of rows (advantages set) -> (params, opt_state, metrics).
+
+  options.token_budget > 0: rows packed by length (engine.bucketed_train_step); else one padded batch
+  with rows in multiples of the engine's train micro-batch (engine.train_step). ref_params: the frozen
+  reference policy of the KL term (its log-probs are computed on the engine for every batch)."""
+  step_metrics, trained, padded = [], 0, 0
+  for i, chunk in enumerate(chunks):
+    k = key if i == 0 else jax.random.fold_in(key, i)
+    if options.token_budget > 0:
+      micro = length_buckets(chunk, options.pad_id, options.token_budget, options.max_len)
+      params, opt_state, m = engine.bucketed_train_step(params, opt_state, micro, k, ref_params=ref_params)
+    else:
+      size = engine.settings.train.micro_batch_size or engine.batch_divisor
+      micro = [padded_batch(chunk, options.pad_id, size, options.max_len)]
+      batch = engine.put_batch(micro[0])
+      if ref_params is not None:
+        batch = engine.with_reference(ref_params, batch, size)
+      params, opt_state, m = engine.train_step(params, opt_state, batch, k)
+    step_metrics.append(jax.device_get(m))
+    trained += int(sum(mb["loss_mask"].sum() for mb in micro))
+    padded += int(sum(mb["tokens"].size for mb in micro))
+  metrics = {f"train/{name}": float(np.mean([m[name] for m in step_metrics])) for name in step_metrics[0]}
+  metrics.update({"train/optimizer_steps": len(chunks), "tokens/trained": trained, "tokens/update_padded": padded,
+                  "rows": sum(len(c) for c in chunks)})
+  return params, opt_state, metrics
+
+
+# ---- timing -------------------------------------------------------------------------------------
 
 class PhaseTimes:
   """Seconds per phase of a step. `with times("generate", "generate: proposals"):` adds the block's
@@ -48,158 +322,7 @@ class PhaseTimes:
     return {f"time/{name}": seconds for name, seconds in self.seconds.items()}
 
 
-def eligible(solve_rates, valid, formatted=None, has_reference=None) -> np.ndarray:
-  """(N,) bool: the candidates a cosine may pay. proposer_rewards' gate (valid, formatted, 0 < s < 1)
-  and, where given, a reference gradient to compare with (Lean's local reference)."""
-  rates = np.asarray(solve_rates, np.float32)
-  formatted = np.ones(rates.shape, bool) if formatted is None else np.asarray(formatted, bool)
-  gate = np.asarray(band_gate(rates, np.asarray(valid, bool), formatted, RewardConfig()), bool)
-  return gate if has_reference is None else gate & np.asarray(has_reference, bool)
-
-
-def row_advantages(rows: Sequence[Row], token_counts) -> np.ndarray:
-  """(len(rows),) advantages: the rows' own when every row carries one (Lean's REINFORCE weights),
-  else TRR++ over (group, role) groups, token-weighted by each row's trained completion tokens."""
-  if all(r.advantage is not None for r in rows):
-    return np.asarray([r.advantage for r in rows], np.float32)
-  return trr_plus_plus([r.reward for r in rows], [r.group for r in rows], [r.role for r in rows], token_counts)
-
-
-def _masks(rows):
-  return [np.ones(len(r.completion_ids)) if r.completion_mask is None else r.completion_mask for r in rows]
-
-
-def padded_batch(rows: Sequence[Row], pad_id: int, micro_batch_size: int, max_len: int | None = None) -> dict:
-  """All rows in one completion-window batch (rows padded to a multiple of micro_batch_size), with advantages."""
-  packed = pack([r.prompt_ids for r in rows], [r.completion_ids for r in rows], pad_id, [r.logprobs for r in rows],
-                row_multiple=micro_batch_size, max_len=max_len, completion_window=True, completion_masks=_masks(rows))
-  advantages = np.zeros((packed.tokens.shape[0],), np.float32)
-  advantages[:len(rows)] = row_advantages(rows, packed.loss_mask[:len(rows)].sum(-1))
-  return {**packed.as_dict(), "advantages": advantages}
-
-
-def length_buckets(rows: Sequence[Row], pad_id: int, token_budget: int, max_len: int | None = None) -> list[dict]:
-  """The same rows as micro-batches packed by real length (sequences.pack_by_length); advantages are
-  computed over all rows first, exactly as in padded_batch."""
-  packed = pack_by_length([r.prompt_ids for r in rows], [r.completion_ids for r in rows], pad_id,
-                          [r.logprobs for r in rows], _masks(rows), token_budget=token_budget, max_len=max_len)
-  counts = np.zeros(len(rows), np.float32)
-  for idx, p in packed:
-    counts[idx] = p.loss_mask[:len(idx)].sum(-1)
-  adv = row_advantages(rows, counts)
-  batches = []
-  for idx, p in packed:
-    advantages = np.zeros((p.tokens.shape[0],), np.float32)
-    advantages[:len(idx)] = adv[idx]
-    batches.append({**p.as_dict(), "advantages": advantages})
-  return batches
-
-
-def update(engine, params, opt_state, chunks: Sequence[Sequence[Row]], key, *, pad_id: int, max_len: int,
-           token_budget: int = 0, ref_params=None):
-  """One engine train step per chunk of rows -> (params, opt_state, metrics).
-
-  token_budget > 0: rows packed by length (engine.bucketed_train_step); else one padded batch with
-  rows in multiples of the engine's train micro-batch (engine.train_step). ref_params: the frozen
-  reference policy of the KL term (its log-probs are computed on the engine for every batch)."""
-  step_metrics, trained, padded = [], 0, 0
-  for i, chunk in enumerate(chunks):
-    k = key if i == 0 else jax.random.fold_in(key, i)
-    if token_budget > 0:
-      micro = length_buckets(chunk, pad_id, token_budget, max_len)
-      params, opt_state, m = engine.bucketed_train_step(params, opt_state, micro, k, ref_params=ref_params)
-    else:
-      size = engine.settings.train.micro_batch_size or engine.batch_divisor
-      micro = [padded_batch(chunk, pad_id, size, max_len)]
-      batch = engine.put_batch(micro[0])
-      if ref_params is not None:
-        batch = engine.with_reference(ref_params, batch, size)
-      params, opt_state, m = engine.train_step(params, opt_state, batch, k)
-    step_metrics.append(jax.device_get(m))
-    trained += int(sum(mb["loss_mask"].sum() for mb in micro))
-    padded += int(sum(mb["tokens"].size for mb in micro))
-  metrics = {f"train/{name}": float(np.mean([m[name] for m in step_metrics])) for name in step_metrics[0]}
-  metrics.update({"train/optimizer_steps": len(chunks), "tokens/trained": trained, "tokens/update_padded": padded,
-                  "rows": sum(len(c) for c in chunks)})
-  return params, opt_state, metrics
-
-
-# ---- the step: propose -> verify -> reward (-> advantages -> update, above) ---------------------------
-
-@dataclasses.dataclass
-class Candidate:
-  """One proposal after verification: all the reward stage reads, and what it writes back."""
-  group: str                      # task type ("deduction", ...) or "conjecture"
-  formatted: bool                 # the response had the expected format
-  valid: bool                     # the verifier accepted the proposed task
-  solve_rate: float = 0.0         # fraction of the solver's samples verified correct
-  solution: tuple | None = None   # (prompt ids, completion ids) whose loss gradient stands for g(x̃)
-  reference: str | None = None    # key of the reference gradient g(x̃) is compared with
-  jaccard: float = 0.0            # token-Jaccard to the seed / nearest shown reference
-  report_cosine: bool = False     # compute the cosine even when not eligible (reported, never paid)
-  heldout_improvement: float = 0.0  # SOAR's measured group improvement (soar_utility; rewards/soar.py)
-  eligible: bool = False          # set by the reward stage (the gate below)
-  cosine: float | None = None     # set by the reward stage where computed
-  reward: float = 0.0             # set by the reward stage
-
-
-def score(engine, params, candidates: Sequence[Candidate], references: dict, *, reward_name: str,
-          reward_cfg: RewardConfig, pad_id: int, max_len: int, uses_cosine: bool, **cosine_kwargs) -> None:
-  """The reward stage, shared by both settings: the eligibility gate, one g_ref per reference at the
-  current params, the cosines of eligible (and report_cosine) candidates, then proposer_rewards."""
-  from compassplay_jax.rewards.proposer_rewards import proposer_rewards
-  from compassplay_jax.selfplay import alignment
-  if not candidates:
-    return
-  gate = eligible([c.solve_rate for c in candidates], [c.valid for c in candidates], None,
-                  [c.reference is not None or not uses_cosine for c in candidates])
-  for c, ok in zip(candidates, gate):
-    c.eligible = bool(ok)
-  if uses_cosine:
-    for key, reference in references.items():
-      members = [c for c in candidates if c.reference == key and c.solution is not None
-                 and (c.eligible or (c.report_cosine and c.valid))]
-      if not members:
-        continue
-      g_ref = alignment.reference_gradient(engine, params, reference, pad_id)
-      cos = alignment.candidate_cosines(engine, params, g_ref, [c.solution[0] for c in members],
-                                        [c.solution[1] for c in members], pad_id, max_len=max_len, **cosine_kwargs)
-      for c, value in zip(members, cos["cosines"]):
-        c.cosine = float(value)
-  rewards = proposer_rewards(
-      reward_name, cosines=np.asarray([c.cosine or 0.0 for c in candidates], np.float32),
-      solve_rates=np.asarray([c.solve_rate for c in candidates], np.float32),
-      valid=np.asarray([c.valid for c in candidates], bool),
-      well_formatted=np.asarray([c.formatted for c in candidates], bool),
-      jaccard_to_seed=np.asarray([c.jaccard for c in candidates], np.float32),
-      heldout_improvement=np.asarray([c.heldout_improvement for c in candidates], np.float32), config=reward_cfg)
-  for c, r in zip(candidates, np.asarray(rewards, np.float32)):
-    c.reward = float(r)
-
-
-def collect(setting, engine, params, step: int, key, progress: Callable[[str], Any] | None = None):
-  """One step's rollouts and rewards: (training rows, metrics). The setting supplies the stages:
-
-    plan(step)                                   host-side choices for the step (seeded by the step)
-    propose(engine, params, plan, key, times)    sampled proposals
-    verify(engine, params, plan, proposals, key, times) -> [Candidate]   checks and solve rates
-    references(plan, candidates) -> {key: PackedBatch}                  what g(x̃) is compared with
-    score_options: keyword arguments of `score` (reward name and gate, lengths, cosine passes)
-    rows(engine, params, plan, proposals, candidates, key, times) -> (rows, metrics)
-  """
-  times = PhaseTimes(setting.PHASES, progress)
-  k_propose, k_verify, k_rows = jax.random.split(key, 3)
-  plan = setting.plan(step)
-  proposals = setting.propose(engine, params, plan, k_propose, times)
-  candidates = setting.verify(engine, params, plan, proposals, k_verify, times)
-  with times("reward", "reward: cosines"):
-    score(engine, params, candidates, setting.references(plan, candidates), **setting.score_options)
-  rows, metrics = setting.rows(engine, params, plan, proposals, candidates, k_rows, times)
-  metrics.update(times.metrics())
-  return rows, metrics
-
-
-def default_engine(graphdef, params, config):
+def one_device_engine(graphdef, params, config):
   """A one-device engine, for a setting used outside the run loop (tests, tools)."""
   from compassplay_jax import sharding as sh
   from compassplay_jax.engine import Engine, EngineSettings

@@ -44,6 +44,10 @@ class TaskBuffer:
   def __iter__(self):
     return iter(self._items)
 
+  def entries(self) -> List[tuple]:
+    """(task, step added) pairs in insertion order (what a checkpoint saves)."""
+    return list(zip(self._items, self._steps))
+
   def add(self, task: tasks.CodingTask, step: int = 0) -> bool:
     """Adds a task (deduction and abduction buffers accept each other's tasks)."""
     if len(self._items) >= self.cap:

@@ -39,6 +39,19 @@ def reward_sequence_len(config) -> int:
   return config.sampling.max_prompt_tokens + config.reward.max_completion_tokens
 
 
+RECOMPUTE_LOGPROBS = ("auto", "on", "off")
+
+
+def recompute_logprobs(config) -> bool:
+  """train.recompute_logprobs: "auto" = on when the compute dtype is not float32 (a bf16 KV-cache
+  decode and the training forward differ, so the sampler's log-probs would put the first PPO ratio
+  off 1); "on" | "off"."""
+  value = config.train.recompute_logprobs
+  if value == "auto":
+    return config.model.dtype != "float32"
+  return value == "on"
+
+
 def eval_config() -> ml_collections.ConfigDict:
   """The `eval` block that config files embed; docs/evaluation.md describes every field."""
   cfg = ml_collections.ConfigDict()
@@ -64,8 +77,13 @@ def eval_config() -> ml_collections.ConfigDict:
 def check_config(config) -> None:
   """Start-up checks of the fields every setting shares (ConfigError names the field)."""
   from compassplay_jax.models.config import ConfigError
+  if config.train.recompute_logprobs not in RECOMPUTE_LOGPROBS:
+    raise ConfigError(f"config.train.recompute_logprobs: {config.train.recompute_logprobs!r} is not one of "
+                      f"{RECOMPUTE_LOGPROBS}")
   if config.train.kl_coef < 0:
     raise ConfigError(f"config.train.kl_coef={config.train.kl_coef} is negative")
+  if config.train.get("ppo_mini_batches", 1) < 1:
+    raise ConfigError(f"config.train.ppo_mini_batches={config.train.ppo_mini_batches}: must be >= 1")
   if config.reward.name == "soar_utility":
     r = config.reward
     for name in ("soar_group_size", "soar_inner_steps"):
@@ -159,6 +177,14 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   # 0: rows padded to one shape, micro_batch_size rows per pass. > 0 (one device): rows packed by
   # their real length into micro-batches of about this many tokens (same update, less padding).
   config.train.micro_batch_tokens = 0
+  # Old log-probs of the PPO ratio from the training forward at the update's starting params (veRL's
+  # old_log_prob), not the sampler's: "auto" = when the compute dtype is not float32; "on" | "off".
+  config.train.recompute_logprobs = "auto"
+  # Optimizer steps per coding step: the step's rows, in AZR's (task, role) order, cut into this many
+  # contiguous PPO mini-batches, one AdamW step each; from the second the ratio leaves 1 and the clip
+  # can bind (docs/training.md "PPO mini-batches"). AZR: 1 (docs/paper_settings.md §5.3). Lean cuts
+  # its optimizer steps by lean.train_batch_size instead.
+  config.train.ppo_mini_batches = 1
 
   config.sandbox = ml_collections.ConfigDict()
   config.sandbox.num_workers = 0  # 0 = number of CPU cores

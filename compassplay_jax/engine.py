@@ -251,10 +251,15 @@ class Engine:
           self.graphdef, self.settings.train, optimizer=self.optimizer,
           shardings=train_lib.StepShardings(self.param_shardings(params), self.opt_shardings(opt_state),
                                             self.rows, self.repl))
-    placed = [self.put_batch(self.pad_rows(mb)) for mb in micro_batches]
-    if ref_params is not None:
-      placed = [self.with_reference(ref_params, mb) for mb in placed]
+    placed = [mb if isinstance(mb["tokens"], jax.Array) else self.place_train_batch(mb, ref_params)
+              for mb in micro_batches]
     return self._cached("bucketed", build)(params, opt_state, placed, key)
+
+  def place_train_batch(self, host_batch: dict, ref_params=None, micro_batch_size: int | None = None) -> dict:
+    """A host train batch on the mesh: rows padded to a multiple of data*fsdp (no loss tokens) and
+    placed; with ref_params, the reference policy's log-probs join it (with_reference)."""
+    placed = self.put_batch(self.pad_rows(host_batch))
+    return placed if ref_params is None else self.with_reference(ref_params, placed, micro_batch_size)
 
   def logprobs(self, params, tokens, attention_mask, micro_batch_size: int | None = None):
     """(B, T) token log-probs in the loss's alignment, `micro_batch_size` rows at a time (None: all)."""
@@ -270,6 +275,21 @@ class Engine:
                                        in_shardings=(self.param_shardings(params), self.rows, self.rows),
                                        out_shardings=self.rows)
     return self._cached(("logprobs", micro_batch_size), build)
+
+  def train_logprobs(self, params, batch, *, whole: bool = False):
+    """(B, W) log-probs over a placed batch's loss window by the train step's own forward (recomputed
+    old log-probs, train.recompute_logprobs). whole: the batch is one pass (a length-bucketed
+    micro-batch), else the train micro-batches of the padded step."""
+    return self.train_logprobs_jit(params, whole)(params, batch)
+
+  def train_logprobs_jit(self, params, whole: bool = False):
+    """The jitted `(params, batch) -> (B, W)` of train_logprobs."""
+    cfg = self.settings.train.replace(micro_batch_size=None) if whole else self.settings.train
+
+    def build():
+      return train_lib.make_train_logprob_fn(self.graphdef, cfg, in_shardings=(self.param_shardings(params), self.rows),
+                                             out_shardings=self.rows)
+    return self._cached(("train_logprobs", whole), build)
 
   def with_reference(self, ref_params, batch, micro_batch_size: int | None = None):
     """A placed batch plus `ref_logprobs`: the frozen reference policy's log-probs over the loss

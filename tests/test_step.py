@@ -1,4 +1,5 @@
 """selfplay/step.py: the parts of a self-play step both settings share, against independent oracles."""
+import dataclasses
 import time
 
 import jax
@@ -131,3 +132,35 @@ def test_kl_term_uses_the_frozen_reference_policy_log_probs():
   _, _, bucketed = step.update_params(engine, p, o, [rows], jax.random.key(0), step.UpdateOptions(PAD, 256, 256),
                                       ref_params=engine.place_params(ref))
   np.testing.assert_allclose(bucketed["train/kl"], float(want_m["kl"]), rtol=1e-4)
+
+
+def test_recomputed_old_logprobs_put_the_first_ratio_at_exactly_one_in_bf16():
+  """train.recompute_logprobs: in bf16 the sampler's log-probs (here: the fp32 forward's, as a KV-cache
+  decode would differ) put the first PPO ratio off 1; recomputed, the first chunk's ratio is exactly 1
+  and the second chunk's old log-probs are the train forward's at the params before any step."""
+  cfg = MODEL.replace(dtype="bfloat16")
+  graphdef, params = nnx.split(init_decoder(cfg, seed=0))
+  rows = _rows(4, lengths=((20, 12), (18, 9), (25, 14), (16, 11)) * 2)
+  fp32_graphdef, _ = nnx.split(init_decoder(MODEL, seed=0))
+  batch = step.padded_batch(step.with_advantages(rows, 64), PAD, 8, 64)
+  sampler = np.asarray(train_lib.make_logprob_fn(fp32_graphdef)(params, batch["tokens"], batch["attention_mask"]))
+  window = batch["loss_mask"].shape[1]
+  rows = [dataclasses.replace(r, logprobs=sampler[i, -window:][batch["loss_mask"][i] > 0])
+          for i, r in enumerate(step.with_advantages(rows, 64))]
+  chunks = [rows[:4], rows[4:]]
+  tcfg = train_lib.TrainConfig(learning_rate=1e-2, micro_batch_size=4)
+
+  def run(recompute, lr=1e-2):
+    eng = Engine.build(graphdef, params, sh.make_mesh(None), EngineSettings(train=tcfg.replace(learning_rate=lr)))
+    p, o = eng.init_train_state(jax.tree.map(jnp.copy, params))
+    return step.update_params(eng, p, o, chunks, jax.random.key(0), step.UpdateOptions(PAD, 64, 0, recompute))[2]
+
+  off, on = run(False), run(True)
+  assert off["train/per_step/approx_kl"][0] > 1e-9  # the sampler's log-probs are off the bf16 forward
+  assert on["train/per_step/ratio_mean"][0] == 1.0 and on["train/per_step/approx_kl"][0] == 0.0
+  assert on["train/per_step/clip_frac"][0] == 0.0
+  # With a zero learning rate the params never move: every chunk's recomputed ratio is 1 (to the bf16
+  # forward's reproducibility), while the sampler's stay off.
+  still = run(True, lr=0.0)
+  np.testing.assert_allclose(still["train/per_step/ratio_mean"], 1.0, atol=1e-6)
+  assert max(still["train/per_step/approx_kl"]) < 1e-10 < min(run(False, lr=0.0)["train/per_step/approx_kl"])

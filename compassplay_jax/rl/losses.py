@@ -43,7 +43,7 @@ def masked_mean(values: jnp.ndarray, mask: jnp.ndarray) -> jnp.ndarray:
 
 def policy_gradient_loss(logits, tokens, loss_mask, advantages, old_logprobs, *, clip_eps_low: float = 0.2,
                          clip_eps_high: float = 0.2, entropy_coef: float = 0.0, kl_coef: float = 0.0,
-                         ref_logprobs=None, temperature: float = 1.0):
+                         ref_logprobs=None, temperature: float = 1.0, old_from_forward=None):
   """PPO-clip policy-gradient loss, token-mean over `loss_mask`, as veRL's compute_policy_loss.
 
     ρ_t  = exp(logπ_t − logπ_old_t)
@@ -62,6 +62,9 @@ def policy_gradient_loss(logits, tokens, loss_mask, advantages, old_logprobs, *,
     kl_coef: weight of the k3 KL to the reference policy; needs `ref_logprobs` when non-zero.
     ref_logprobs: (B, T) reference-policy log-probs of `tokens`.
     temperature: the sampler's temperature; logits are divided by it.
+    old_from_forward: optional (B,) flags; where 1 the row's old log-probs are this forward's own
+      (stop_gradient): the first PPO mini-batch of an update with recomputed old log-probs, whose
+      params are the old policy's, so its ratio is exactly 1 (veRL recomputes them likewise).
 
   Returns:
     (loss, metrics) with scalar float32 metrics: pg_loss, entropy, kl, clip_frac, ratio_mean,
@@ -71,6 +74,9 @@ def policy_gradient_loss(logits, tokens, loss_mask, advantages, old_logprobs, *,
     raise ValueError("kl_coef is non-zero but ref_logprobs is None")
   mask = loss_mask.astype(jnp.float32)
   logp = token_logprobs(logits, tokens, temperature)
+  if old_from_forward is not None:
+    old_logprobs = jnp.where(old_from_forward[:, None] > 0, jax.lax.stop_gradient(logp),
+                             old_logprobs.astype(jnp.float32))
   adv = advantages.astype(jnp.float32)
   adv = adv[:, None] if adv.ndim == 1 else adv
   # Where the mask is 0 the old log-prob may be garbage (padding); keep everything finite there.

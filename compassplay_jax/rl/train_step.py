@@ -140,7 +140,7 @@ def _micro_grad_fn(graphdef, cfg: TrainConfig):
     logits = _apply_model(graphdef, params, overrides, mb, logits_from=start)
     loss, metrics = losses.policy_gradient_loss(
         logits, mb["tokens"][:, start:], mb["loss_mask"], mb["advantages"], mb["old_logprobs"],
-        ref_logprobs=mb.get("ref_logprobs"), **loss_kwargs)
+        ref_logprobs=mb.get("ref_logprobs"), old_from_forward=mb.get("old_from_forward"), **loss_kwargs)
     return weight * loss, (loss, metrics)
 
   return jax.grad(micro_loss, has_aux=True)
@@ -273,6 +273,31 @@ def make_bucketed_train_step(graphdef, cfg: TrainConfig, *, optimizer: optax.Gra
     return update(params, opt_state, grad_acc, metric_acc)
 
   return train_step
+
+
+def make_train_logprob_fn(graphdef, cfg: TrainConfig, *, in_shardings: Any = None, out_shardings: Any = None):
+  """Jitted `fn(params, batch) -> (B, W)` log-probs over the batch's loss window, by the train step's
+  own forward (same micro-batches, compute dtype, remat and LM-head window): the old log-probs of a
+  PPO update recomputed at the params before it (train.recompute_logprobs; veRL's old_log_prob)."""
+  overrides = _overrides(cfg.compute_dtype, cfg.remat)
+
+  def fn(params, batch):
+    micro, _ = _split_micro({k: batch[k] for k in ("tokens", "attention_mask", "loss_mask")},
+                            cfg.micro_batch_size, cfg.micro_batch_layout)
+
+    def one(mb):
+      start = loss_window(mb)
+      logits = _apply_model(graphdef, params, overrides, mb, logits_from=start)
+      return losses.token_logprobs(logits, mb["tokens"][:, start:], cfg.temperature)
+
+    return microbatch.merge_rows(jax.lax.map(one, micro), cfg.micro_batch_layout)
+
+  jit_kwargs = {}
+  if in_shardings is not None:
+    jit_kwargs["in_shardings"] = in_shardings
+  if out_shardings is not None:
+    jit_kwargs["out_shardings"] = out_shardings
+  return jax.jit(fn, **jit_kwargs)
 
 
 def make_logprob_fn(graphdef, *, temperature: float = 1.0, micro_batch_size: int | None = None,

@@ -88,12 +88,14 @@ class UpdateOptions:
   pad_id: int
   max_len: int            # trained sequences: prompt + completion tokens
   token_budget: int = 0   # > 0: rows packed by length into micro-batches of this many tokens
+  recompute_logprobs: bool = False  # old log-probs from the train forward (update_params)
 
   @classmethod
   def from_config(cls, config, pad_id: int) -> "UpdateOptions":
     from compassplay_jax import config_base
     return cls(pad_id=pad_id, max_len=config_base.train_sequence_len(config),
-               token_budget=config.train.micro_batch_tokens)
+               token_budget=config.train.micro_batch_tokens,
+               recompute_logprobs=config_base.recompute_logprobs(config))
 
 
 @dataclasses.dataclass
@@ -276,26 +278,38 @@ def update_params(engine, params, opt_state, chunks: Sequence[Sequence[Row]], ke
 
   options.token_budget > 0: rows packed by length (engine.bucketed_train_step); else one padded batch
   with rows in multiples of the engine's train micro-batch (engine.train_step). ref_params: the frozen
-  reference policy of the KL term (its log-probs are computed on the engine for every batch)."""
-  step_metrics, trained, padded = [], 0, 0
-  for i, chunk in enumerate(chunks):
+  reference policy of the KL term (its log-probs are computed on the engine for every batch).
+  options.recompute_logprobs: the old log-probs of every chunk are the train forward's at the params
+  before the first chunk's step (veRL's old_log_prob), not the sampler's: the first chunk takes its
+  own forward's (its ratio is exactly 1), later chunks are recomputed before any step."""
+  bucketed = options.token_budget > 0
+  size = engine.settings.train.micro_batch_size or engine.batch_divisor
+  host = [length_buckets(chunk, options.pad_id, options.token_budget, options.max_len) if bucketed
+          else [padded_batch(chunk, options.pad_id, size, options.max_len)] for chunk in chunks]
+  placed = [[engine.place_train_batch(mb, ref_params, None if bucketed else size) for mb in micro] for micro in host]
+  if options.recompute_logprobs:
+    for i, micro in enumerate(placed):
+      for mb in micro:
+        rows = mb["tokens"].shape[0]
+        if i == 0:  # the params are the old policy's: the step's own forward, exactly
+          mb["old_from_forward"] = engine.put_batch({"f": np.ones((rows,), np.float32)})["f"]
+        else:
+          mb["old_logprobs"] = engine.train_logprobs(params, mb, whole=bucketed)
+  step_metrics = []
+  for i, micro in enumerate(placed):
     k = key if i == 0 else jax.random.fold_in(key, i)
-    if options.token_budget > 0:
-      micro = length_buckets(chunk, options.pad_id, options.token_budget, options.max_len)
-      params, opt_state, m = engine.bucketed_train_step(params, opt_state, micro, k, ref_params=ref_params)
+    if bucketed:
+      params, opt_state, m = engine.bucketed_train_step(params, opt_state, micro, k)
     else:
-      size = engine.settings.train.micro_batch_size or engine.batch_divisor
-      micro = [padded_batch(chunk, options.pad_id, size, options.max_len)]
-      batch = engine.put_batch(micro[0])
-      if ref_params is not None:
-        batch = engine.with_reference(ref_params, batch, size)
-      params, opt_state, m = engine.train_step(params, opt_state, batch, k)
+      params, opt_state, m = engine.train_step(params, opt_state, micro[0], k)
     step_metrics.append(jax.device_get(m))
-    trained += int(sum(mb["loss_mask"].sum() for mb in micro))
-    padded += int(sum(mb["tokens"].size for mb in micro))
   metrics = {f"train/{name}": float(np.mean([m[name] for m in step_metrics])) for name in step_metrics[0]}
-  metrics.update({"train/optimizer_steps": len(chunks), "tokens/trained": trained, "tokens/update_padded": padded,
-                  "rows": sum(len(c) for c in chunks)})
+  metrics.update({"train/optimizer_steps": len(chunks), "rows": sum(len(c) for c in chunks),
+                  "tokens/trained": int(sum(mb["loss_mask"].sum() for micro in host for mb in micro)),
+                  "tokens/update_padded": int(sum(mb["tokens"].size for micro in host for mb in micro))})
+  if len(chunks) > 1:  # PPO mini-batches: from the second the ratio leaves 1 (per optimizer step, in order)
+    metrics.update({f"train/per_step/{name}": [float(m[name]) for m in step_metrics]
+                    for name in ("ratio_mean", "clip_frac", "approx_kl", "loss")})
   return params, opt_state, metrics
 
 

@@ -60,6 +60,10 @@ def get_config(arg: str = ""):
   t.weight_decay = 0.01  # AZR / veRL default (§5.3)
   t.grad_clip = 1.0  # AZR (§5.3)
   t.entropy_coef = 0.001  # AZR paper branch (§5.3)
+  # AZR: one AdamW step per RL step on all 384 rows. coder7b.sh L26 passes ppo_mini_batch_size=128, but
+  # main_azr_ppo.py L57 overwrites it with train_batch_size x 3 tasks x 2 roles = 384, and ppo_epochs
+  # is 1 (azr_ppo_trainer.yaml L37), so the ratio is 1 (§5.3). 3 gives the 3 x 128 split.
+  t.ppo_mini_batches = 1
   # Memory (docs/sharding.md, per-function tables): at 14240 tokens the train step does not fit a
   # v5p-8 with FSDP alone (97.4 of 95.7 GiB per chip), so tensor axis 4 and micro-batches of 2 rows
   # (30.1 GiB). Our update is the batch's token mean, so micro-batching sets memory only. (AZR

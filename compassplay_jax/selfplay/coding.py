@@ -402,8 +402,28 @@ class CodingSelfPlay:
     return {f"{t}/buffer_size": len(self.buffers[t]) for t in self.task_types}
 
   def train_batches(self, rows: list[Row], step: int) -> list[list[Row]]:
-    """All rows in one optimizer step."""
-    return [rows]
+    """The rows as train.ppo_mini_batches optimizer steps (AZR: 1, all rows in one step)."""
+    return ppo_mini_batches(rows, self.task_types, self.config.train.get("ppo_mini_batches", 1))
+
+
+def ppo_mini_batches(rows: list[Row], task_types, count: int) -> list[list[Row]]:
+  """Rows in AZR's order, cut into `count` contiguous mini-batches (sizes differ by at most one row).
+
+  AZR concatenates its (task, role) batches as gen/pred of code_i, code_o, code_f
+  (azr_ray_trainer.py L1685) and veRL's update_policy takes mini-batches by contiguous
+  `batch.split`, unshuffled (dp_actor.py L216; actor.shuffle False, azr_ppo_trainer.yaml L38): here
+  rows of each task type in `task_types` order, proposer rows before solver rows, each kept in its
+  order. Advantages stay those computed over the whole step, as veRL computes them before the update.
+  count = 1 returns the rows as they are.
+  """
+  if count < 1:
+    raise ValueError(f"ppo_mini_batches: count must be >= 1, got {count}")
+  if count == 1:
+    return [list(rows)]
+  order = {t: i for i, t in enumerate(task_types)}
+  ordered = sorted(rows, key=lambda r: (order.get(r.group, len(order)), r.role != "proposer"))
+  bounds = np.linspace(0, len(ordered), min(count, len(ordered)) + 1).round().astype(int)
+  return [ordered[a:b] for a, b in zip(bounds[:-1], bounds[1:])] or [ordered]
 
 
 @dataclasses.dataclass

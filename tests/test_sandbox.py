@@ -7,6 +7,7 @@ import time
 import pytest
 
 from compassplay_jax.verifiers import sandbox
+from compassplay_jax.verifiers import sandbox_values
 from compassplay_jax.verifiers.sandbox import ExecResult, Job, SandboxLimits, SandboxPool
 
 LIMITS = SandboxLimits(timeout_s=3.0, cpu_time_s=3)
@@ -225,5 +226,47 @@ def test_layers_can_be_switched_off_and_the_fallbacks_work(caplog):
     # Without seccomp the kernel lets the uid create a user namespace: the layer is what stops it.
     r = p.run(Job(code="import ctypes\nr = ctypes.CDLL(None).unshare(0x10000000)", expr="r"))
     assert r.ok and r.value_repr in ("0", "-1")
+  finally:
+    p.close()
+
+
+def test_call_job_values_come_back_as_plain_data(pool):
+  r = pool.run(sandbox.CallJob(
+      program="import collections\ndef f(a, k=1):\n    print(a)\n    return [a, {'k': k}]\nK = 5",
+      entries=(("call", "2, k=K", 2), ("value", "(1, 'x')", 1), ("call", "1 / 0", 1)), names=True))
+  assert r.ok and r.stdout == "2\n2\n", r
+  (first, second), (value,), (error,) = r.outcomes
+  assert sandbox_values.python_repr(first) == "[2, {'k': 5}]" == sandbox_values.python_repr(second)
+  assert sandbox_values.python_value(value) == (1, "x")
+  assert error == sandbox.Failure("ZeroDivisionError", "division by zero")
+  with pytest.raises(ValueError, match="CallJob entry"):
+    pool.run(sandbox.CallJob(program="def f(a):\n  return a", entries=(("eval", "1", 1),)))
+  with pytest.raises(ValueError, match="needs a program"):
+    pool.run(sandbox.CallJob(program=None, entries=(("call", "1", 1),)))
+
+
+def test_refused_call_program_starts_no_process(pool):
+  """The worker applies the rules before forking: a refused program costs no job process."""
+  start = time.monotonic()
+  results = pool.run_batch([sandbox.CallJob(program="import os\ndef f(a):\n  return a",
+                                            entries=(("call", "1", 1),))] * 20)
+  assert {(r.status, r.error_type) for r in results} == {("error", "ProgramRejected")}
+  assert "module 'os' is not available" in results[0].error_message
+  assert time.monotonic() - start < 5.0
+
+
+def test_dead_zygote_replaces_its_worker():
+  p = SandboxPool(num_workers=1, limits=LIMITS)
+  try:
+    worker = [pid for pid in _our_workers()][-1]
+    zygotes = [int(x) for t in os.listdir(f"/proc/{worker}/task")
+               for x in open(f"/proc/{worker}/task/{t}/children").read().split()]
+    for pid in zygotes:
+      os.kill(pid, signal.SIGKILL)
+    job = sandbox.CallJob(program=None, entries=(("value", "6 * 7", 1),))
+    first = p.run(job)
+    assert first.status == "error" and first.error_type == "SandboxError", first
+    assert p.run(job).outcomes == ((42,),)  # A fresh worker (and zygotes) answers.
+    assert p.workers_started == 2
   finally:
     p.close()

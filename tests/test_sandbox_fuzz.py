@@ -1,11 +1,12 @@
-"""Fuzz: hostile model outputs never crash the trainer (issue 17, item 3).
+"""Fuzz: hostile model outputs never crash the trainer (issue 17, item 3; outcomes: issue 23).
 
 10,000+ generated outputs (deep nesting, huge literals, NUL bytes, invalid UTF-8,
 forged result text, megabyte programs, random bytes, tag soup, regex-backtracking
 bait) go through proposal validation and solver checking for every task type with
 a real pool. Asserts: no exception escapes, every verdict is a bool / (bool, str,
 task|None), the pool still answers, and the trainer's resident memory stays bounded.
-A second test feeds forged sandbox results (what a compromised job could send back).
+A second test feeds forged sandbox results (what a compromised job could send back: outcomes of
+any shape holding any objects).
 """
 import random
 import sys
@@ -19,7 +20,8 @@ from compassplay_jax.domains.coding import parsing
 from compassplay_jax.domains.coding import tasks
 from compassplay_jax.domains.coding import validation
 from compassplay_jax.domains.coding import verdict_stats
-from compassplay_jax.verifiers.sandbox import ExecResult, Job, SandboxLimits, SandboxPool
+from compassplay_jax.verifiers import sandbox
+from compassplay_jax.verifiers.sandbox import Job, SandboxLimits, SandboxPool
 
 NUM_OUTPUTS = 10_000
 SEED = 17
@@ -136,27 +138,44 @@ def test_ten_thousand_hostile_outputs_never_crash_the_trainer():
   assert counts.get("validation/ok", 0) > 0  # Some hostile proposals were real, valid tasks.
 
 
+_FORGED_TEXTS = [
+    "+" + "L1:" * 100_000 + "N", "+L1:fnan;", "+i" + "9" * 5000 + ";", "+X1:N", '+s"\\udcff"',
+    "+L2:i1;", "+D1:L0:i1;", "+Y0,lambda:", "+s\"" + "a" * 300_000 + "\"", "+", "!", "!:", "x",
+    "!NotPlain:\udcff", "+i1;", "+U2:i1;s\"x\"", "+C2:i1;s\"x\"i2;i3;", "+Q1,-1:N", "+f1e999;"]
+
+
+def _forged_frame(rng, job, texts=None):
+  """A worker frame whose outcomes a compromised job could have written (the pool decodes them)."""
+  shape = [repeat for _, _, repeat in job.entries]
+  pick = lambda: rng.choice(texts or _FORGED_TEXTS)
+  outcomes = rng.choice([
+      None, [], "x", 5, [[pick() for _ in range(r)] for r in shape],
+      [[pick() for _ in range(r + 1)] for r in shape], [[pick()] for _ in range(len(shape) + 2)]])
+  return {"status": rng.choice(["ok", "ok", "ok", "error", "timeout", "memory"]),
+          "error_type": None, "error_message": None, "stdout": "", "stderr": "",
+          "outcomes": outcomes}
+
+
 class _ForgingPool:
-  """Returns whatever a compromised sandbox job could make the worker report."""
+  """Returns what a compromised sandbox job could make the pool report: any status, outcomes of
+  any shape holding any text, decoded by the pool's own code (sandbox._result_from_frame)."""
 
-  def __init__(self, rng):
-    self.rng = rng
-
-  def _forged(self):
-    value_text = self.rng.choice([
-        "[" * 200_000 + "]" * 200_000, '["n1"' + ", " * 10 + "]", "\x00", "\udcff" * 10,
-        '{"a": 1}', "[1, 2, 3, 4, 5]", '["' + "a" * (1 << 21) + '"]', "NaN", "null",
-        '["n1", "n1", "n1", "n1", "n1"]', None, "", "1e999999", '"' * 3])
-    status = self.rng.choice(["ok", "ok", "ok", "error", "timeout", "memory"])
-    return ExecResult(status=status, value_repr=None if value_text is None else repr(value_text),
-                      stdout="", stderr="", error_type=None, error_message=None, duration_s=0.0,
-                      value_text=value_text)
+  def __init__(self, rng, gold_text=None):
+    self.rng, self.gold_text = rng, gold_text
 
   def run(self, job):
     return self.run_batch([job])[0]
 
   def run_batch(self, jobs):
-    return [self._forged() for _ in jobs]
+    results = []
+    for job in jobs:
+      if self.gold_text is not None and job.program is None:  # The gold's job was not forged.
+        frame = {"status": "ok", "error_type": None, "error_message": None, "stdout": "",
+                 "stderr": "", "outcomes": [[self.gold_text] * r for _, _, r in job.entries]}
+      else:
+        frame = _forged_frame(self.rng, job)
+      results.append(sandbox._result_from_frame(frame, 0.0, job))  # pylint: disable=protected-access
+    return results
 
 
 def test_forged_sandbox_results_never_crash_the_trainer():
@@ -170,24 +189,29 @@ def test_forged_sandbox_results_never_crash_the_trainer():
       valid, reason, task = validation.validate_proposal(
           pool, task_type, proposal, source_program=buffers.IDENTITY_PROGRAM)
       assert isinstance(valid, bool) and isinstance(reason, str)
-      if valid:  # Only a well-formed forged text can make a task; it is then plain data.
-        assert all(isinstance(o, str) for o in task.outputs + (task.output,))
+      if valid:  # Only well-formed plain values can make a task; its texts are then valid text.
+        for text in task.outputs + (task.output,):
+          text.encode("utf-8")
+          assert len(text) <= 403
       row = checking.check_answers(pool, targets[task_type], ["1", "2", None, 3])
       assert len(row) == 4 and all(v is False or v is True for v in row)
 
 
 class _FixedPool:
-  """Every job 'returns' the same forged str value (what a compromised job could report)."""
+  """Every job of a program 'returns' the same forged outcome text in every place; jobs without a
+  program (golds) return gold_text (what a compromised proposer job could report)."""
 
-  def __init__(self, value_text):
-    self.value_text = value_text
+  def __init__(self, text, gold_text="+i1;"):
+    self.text, self.gold_text = text, gold_text
 
   def run(self, job):
     return self.run_batch([job])[0]
 
   def run_batch(self, jobs):
-    return [ExecResult("ok", repr(self.value_text), "", "", None, None, 0.0, self.value_text)
-            for _ in jobs]
+    return [sandbox._result_from_frame(  # pylint: disable=protected-access
+        {"status": "ok", "error_type": None, "error_message": None, "stdout": "", "stderr": "",
+         "outcomes": [[self.gold_text if job.program is None else self.text] * r
+                      for _, _, r in job.entries]}, 0.0, job) for job in jobs]
 
 
 @pytest.mark.parametrize("depth", [3000, 19000])
@@ -199,19 +223,28 @@ def test_deeply_nested_proposal_is_invalid_not_a_crash(depth):
   limit = sys.getrecursionlimit()
   sys.setrecursionlimit(max(limit, 50000))
   try:
-    valid, reason, task = validation.validate_proposal(_FixedPool("1"), tasks.DEDUCTION, response)
+    valid, reason, task = validation.validate_proposal(_FixedPool("+i1;"), tasks.DEDUCTION,
+                                                       response)
   finally:
     sys.setrecursionlimit(limit)
   assert (valid, task) == (False, None) and reason.startswith("unparsable"), reason
 
 
-@pytest.mark.parametrize("forged", ["[" * 100_000, "not json", '["a", 1]', "{}", '["x"]'])
-def test_forged_value_text_is_invalid_not_a_crash(forged):
-  """Issue 17 (2): a forged value_text made the trainer raise JSONDecodeError/RecursionError."""
+@pytest.mark.parametrize("forged,why", [
+    ("+" + "L1:" * 100_000 + "N", "BadResult"), ("+L1:fnan;", "NonDeterministic"),
+    ("+i" + "9" * 5000 + ";", "BadResult"), ("+X1:N", "BadResult"), ("!NotPlain:x", "NotPlain"),
+    ("+s\"" + "a" * 300_000 + "\"", None)],
+    ids=["deep", "nan", "huge_int", "bogus_tag", "failure", "long_str"])
+def test_forged_outcomes_are_invalid_not_a_crash(forged, why):
+  """Forged outcome texts (deeper than any recursion limit, NaN, past the int-text limit, of no
+  known tag) make no task and win no check; a long str is plain data, truncated as AZR does."""
   response = ("<think></think><answer>\n" + "```input\n1\n```\n" * 10 + "```message\nm\n```\n"
               "</answer>")
-  valid, reason, _ = validation.validate_proposal(
+  valid, reason, task = validation.validate_proposal(
       _FixedPool(forged), tasks.INDUCTION, response, source_program=buffers.IDENTITY_PROGRAM)
-  assert not valid and reason == "sandbox returned malformed outputs", reason
+  if why is None:
+    assert valid and len(task.outputs[0]) == 403, reason
+  else:
+    assert not valid and why in reason, reason
   assert checking.check_answers(_FixedPool(forged), _targets()[tasks.INDUCTION],
                                 ["def f(a):\n    return a"]) == [False]

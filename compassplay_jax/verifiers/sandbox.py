@@ -461,7 +461,8 @@ class SandboxPool:
     if frame is None:
       return _sandbox_failure("sandbox worker died or stopped answering",
                               time.monotonic() - start), False
-    return _result_from_frame(frame, time.monotonic() - start, job), True
+    healthy = not (isinstance(frame, dict) and frame.get("retire"))
+    return _result_from_frame(frame, time.monotonic() - start, job), healthy
 
   def _fail_remaining(self, message):
     while True:

@@ -12,7 +12,6 @@ import errno
 import os
 import signal
 import sys
-import sysconfig
 
 import sandbox_seccomp  # pylint: disable=g-import-not-at-top  (a sibling plain-script module)
 
@@ -109,9 +108,14 @@ def _is_under(path, parent):
   return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
+def _stdlib_dir():
+  import sysconfig  # pylint: disable=g-import-not-at-top  (only the worker needs it)
+  return sysconfig.get_paths()["stdlib"]
+
+
 def python_paths():
   """Paths the sandboxed interpreter must still read (its stdlib)."""
-  paths = {os.path.realpath(sysconfig.get_paths()["stdlib"]), os.path.realpath(sys.base_prefix)}
+  paths = {os.path.realpath(_stdlib_dir()), os.path.realpath(sys.base_prefix)}
   return sorted(paths)
 
 
@@ -466,7 +470,7 @@ def _probe_uid_can_import(uid):
   if pid == 0:
     try:
       drop_privileges(uid)
-      with open(os.path.join(sysconfig.get_paths()["stdlib"], "os.py"), "rb"):
+      with open(os.path.join(_stdlib_dir(), "os.py"), "rb"):
         pass
       os._exit(0)
     except BaseException:

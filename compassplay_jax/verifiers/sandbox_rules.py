@@ -41,7 +41,8 @@ ALL_PUBLIC = "*"  # Every public, non-module attribute of the module.
 # Module -> names a program may use: ALL_PUBLIC (minus EXCLUDED_NAMES) or a tuple. Left out on
 # purpose: anything reading attributes by a computed name (operator.attrgetter/methodcaller,
 # string.Formatter, dataclasses, functools.singledispatch/wraps, typing.get_type_hints, inspect),
-# clocks and randomness (time, datetime, random: AZR bans them too), I/O, processes and code loading.
+# clocks and randomness (time, datetime, random: AZR bans them too), I/O, processes and code loading;
+# statistics (it imports random, whose after-fork reseeding every job process would pay for).
 ALLOWED_MODULES = {
     "math": ALL_PUBLIC,
     "cmath": ALL_PUBLIC,
@@ -61,9 +62,6 @@ ALLOWED_MODULES = {
     "decimal": ("Decimal", "getcontext", "localcontext", "Context", "InvalidOperation",
                 "DivisionByZero", "ROUND_HALF_UP", "ROUND_HALF_EVEN", "ROUND_HALF_DOWN",
                 "ROUND_UP", "ROUND_DOWN", "ROUND_CEILING", "ROUND_FLOOR", "ROUND_05UP"),
-    "statistics": ("mean", "fmean", "geometric_mean", "harmonic_mean", "median", "median_low",
-                   "median_high", "median_grouped", "mode", "multimode", "pstdev", "pvariance",
-                   "stdev", "variance", "quantiles", "StatisticsError"),
     "typing": ("Any", "Callable", "Dict", "FrozenSet", "Generator", "Iterable", "Iterator", "List",
                "Mapping", "Optional", "Sequence", "Set", "Tuple", "Union", "DefaultDict", "Deque",
                "Hashable", "TypeVar"),
@@ -187,10 +185,28 @@ def _import_reason(node, aliases, module_names_of):
   return None
 
 
-def _bound_names(tree):
+def _nodes_and_depth(tree):
+  """Every node of the tree (one iterative pass) and the tree's depth."""
+  nodes, deepest, todo = [], 0, [(tree, 1)]
+  ast_type = _ast.AST
+  while todo:
+    node, level = todo.pop()
+    nodes.append(node)
+    if level > deepest:
+      deepest = level
+    for field in type(node)._fields:
+      value = getattr(node, field, None)
+      if type(value) is list:
+        todo.extend((v, level + 1) for v in value if isinstance(v, ast_type))
+      elif isinstance(value, ast_type):
+        todo.append((value, level + 1))
+  return nodes, deepest
+
+
+def _bound_names(nodes):
   """Every name the program binds anywhere (assignments, defs, arguments, imports, handlers)."""
   bound = set()
-  for node in walk(tree):
+  for node in nodes:
     if isinstance(node, _ast.Name) and not isinstance(node.ctx, _ast.Load):
       bound.add(node.id)
     elif isinstance(node, (_ast.FunctionDef, _ast.AsyncFunctionDef, _ast.ClassDef)):
@@ -206,49 +222,53 @@ def _bound_names(tree):
   return bound
 
 
+_BUILTIN_NAMES = frozenset(vars(builtins))
+
+
 def program_reason(tree, module_names_of=module_names):
   """Why a program could reach the interpreter's internals or a capability; None when it cannot.
 
   tree: the program's parsed module (ast.parse, or compile(..., PyCF_ONLY_AST)).
   """
-  if depth(tree) > MAX_DEPTH:
+  nodes, deepest = _nodes_and_depth(tree)
+  if deepest > MAX_DEPTH:
     return f"nested deeper than {MAX_DEPTH}"
   aliases = {}
-  for node in walk(tree):
+  for node in nodes:
     if isinstance(node, (_ast.Import, _ast.ImportFrom)):
       reason = _import_reason(node, aliases, module_names_of)
       for alias in node.names:
         reason = reason or (_name_reason(alias.asname) if alias.asname else None)
       if reason:
         return reason
-  bound = _bound_names(tree)
-  builtin_names = set(vars(builtins))
-  for node in walk(tree):
+  bound = _bound_names(nodes)
+  for node in nodes:
     reason = None
-    if isinstance(node, _ast.Name):
+    kind = type(node)
+    if kind is _ast.Name:
       reason = _name_reason(node.id)
-      if (reason is None and isinstance(node.ctx, _ast.Load) and node.id not in bound
-          and node.id in builtin_names and node.id not in ALLOWED_BUILTINS):
+      if (reason is None and node.id not in bound and node.id in _BUILTIN_NAMES
+          and node.id not in ALLOWED_BUILTINS):
         reason = f"name {node.id!r} is not available"
-    elif isinstance(node, _ast.Attribute):
+    elif kind is _ast.Attribute:
       reason = _attr_reason(node.attr)
-      if reason is None and not isinstance(node.ctx, _ast.Load):
+      if reason is None and type(node.ctx) is not _ast.Load:
         reason = "assigning or deleting an attribute is not allowed"
-      if (reason is None and isinstance(node.value, _ast.Name) and node.value.id in aliases
+      if (reason is None and type(node.value) is _ast.Name and node.value.id in aliases
           and node.attr not in module_names_of(aliases[node.value.id])):
         reason = f"name {node.attr!r} of module {aliases[node.value.id]!r} is not available"
-    elif isinstance(node, (_ast.FunctionDef, _ast.AsyncFunctionDef, _ast.ClassDef)):
+    elif kind in (_ast.FunctionDef, _ast.AsyncFunctionDef, _ast.ClassDef):
       reason = _name_reason(node.name)
-    elif isinstance(node, _ast.arg):
+    elif kind is _ast.arg:
       reason = _name_reason(node.arg)
-    elif isinstance(node, _ast.keyword) and node.arg is not None:
+    elif kind is _ast.keyword and node.arg is not None:
       reason = _name_reason(node.arg)
-    elif isinstance(node, (_ast.Global, _ast.Nonlocal)):
+    elif kind in (_ast.Global, _ast.Nonlocal):
       for name in node.names:
         reason = reason or _name_reason(name)
-    elif isinstance(node, _ast.Match):
+    elif kind is _ast.Match:
       reason = "match statements are not allowed (class patterns read attributes by name)"
-    elif isinstance(node, _ast.Constant) and isinstance(node.value, str):
+    elif kind is _ast.Constant and type(node.value) is str:
       reason = _text_reason(node.value)
     if reason:
       return reason

@@ -6,11 +6,15 @@ Built once in the zygote (before any job), so every job process starts from the 
   `__import__` that returns fresh module objects holding only the allowed names of
   `sandbox_rules.ALLOWED_MODULES` (every allowed module is imported here, so a job never opens a
   file: the call-job seccomp filter has no open, stat, socket or process syscall at all);
-- `Runtime.run(payload)`: applies `sandbox_rules.program_reason` to the exact tree it compiles, runs
-  the program in its own namespace, evaluates each entry (a value expression, or an argument list
-  for `f`, `repeat` times on freshly built arguments) and encodes every value with
-  `sandbox_values.make_encoder` (exact builtin types, C functions bound here). It returns the
-  result body as text; nothing in it comes from a method the program defined.
+- `prepare(program, entries, names)` (in the trusted worker): applies `sandbox_rules.program_reason`
+  to the exact tree it compiles, and `sandbox_rules.value_reason` to each entry's text, and returns
+  marshalled code objects. The worker is warm: parsing and compiling in the fresh job process
+  would copy some 270 pages of the parser's and compiler's memory per job;
+- `Runtime.run(payload)` (in the job process): runs the program's code in its own namespace,
+  evaluates each entry (a value expression, or an argument list for `f`, `repeat` times on
+  freshly built arguments) and encodes every value with `sandbox_values.make_encoder` (exact
+  builtin types, C functions bound here). It returns the result body as text; nothing in it comes
+  from a method the program defined.
 
 The program has no object that can do I/O or reach this module, the harness's frames or the
 result descriptor: see sandbox_rules.py. This file is imported by the sandbox zygote as a plain
@@ -22,6 +26,7 @@ import codecs
 import gc
 import importlib
 import json
+import marshal
 import types
 
 import sandbox_rules as rules  # pylint: disable=g-import-not-at-top  (sibling plain-script module)
@@ -68,8 +73,6 @@ class Runtime:
         if hasattr(module, attr):
           setattr(proxy, attr, getattr(module, attr))
       self.proxies[name] = proxy
-    self.module_names = {name: frozenset(k for k in vars(p) if not k.startswith("_"))
-                         for name, p in self.proxies.items()}
     self.builtins = {name: getattr(builtins, name) for name in rules.ALLOWED_BUILTINS
                      if hasattr(builtins, name)}
     self.builtins["__build_class__"] = builtins.__build_class__
@@ -90,33 +93,6 @@ class Runtime:
 
   # ------------------------------------------------------------------------------------------
 
-  def compile_program(self, source):
-    tree = compile(source, "<program>", "exec", _ONLY_AST)
-    reason = rules.program_reason(tree, self.module_names.__getitem__)
-    if reason:
-      raise ProgramRejected(reason)
-    return compile(tree, "<program>", "exec")
-
-  def compile_value(self, text, kind, names):
-    """Code for a value expression (kind "value") or an argument list (kind "call")."""
-    if type(text) is not str or len(text) > rules.MAX_VALUE_CHARS:
-      raise ValueRejected("value text missing or too long")
-    text = text.strip()
-    if kind == "value":
-      tree = compile(text, "<value>", "eval", _ONLY_AST)
-      reason = rules.value_reason(tree, names)
-    else:
-      tree = compile(f"_cp_collect({text}\n)", "<args>", "eval", _ONLY_AST)
-      call = tree.body
-      if not isinstance(call, _ast.Call) or not isinstance(call.func, _ast.Name):
-        raise ValueRejected("not an argument list")
-      reason = None
-      for part in list(call.args) + [k.value for k in call.keywords]:
-        reason = reason or rules.value_reason(_ast.Expression(part), names)
-    if reason:
-      raise ValueRejected(reason)
-    return compile(tree, "<value>", "eval")
-
   def plain_names(self, namespace):
     """The program's public globals that are plain data (usable in its inputs)."""
     found = {}
@@ -131,21 +107,25 @@ class Runtime:
     return found
 
   def run(self, payload, max_chars):
-    """Result body (JSON text, ASCII) for a call-job payload; never raises but MemoryError."""
+    """Result body (JSON text, ASCII) for a payload made by `prepare`; never raises but
+    MemoryError. The job process compiles nothing: it runs the worker's code objects."""
     encode_str = self.encode_str
     status, error_type, error_message, outcomes = "ok", None, None, []
     try:
       namespace = None
-      if payload.get("program") is not None:
-        code = self.compile_program(payload["program"])
+      if payload.get("code") is not None:
         namespace = {"__name__": "__main__", "__builtins__": dict(self.builtins)}
-        exec(code, namespace)  # pylint: disable=exec-used
+        exec(marshal.loads(payload["code"]), namespace)  # pylint: disable=exec-used
         function = dict.get(namespace, "f")
         if function is None or not callable(function):
           raise NoFunction("the program defines no function f")
       names = self.plain_names(namespace) if namespace and payload.get("names") else {}
-      for kind, text, repeat in payload["entries"]:
-        outcomes.append(self._entry(kind, text, repeat, names, namespace, max_chars))
+      for kind, code, repeat, refused in payload["entries"]:
+        if refused is not None:
+          outcomes.append(["!" + refused] * repeat)
+        else:
+          outcomes.append(self._entry(kind, marshal.loads(code), repeat, names, namespace,
+                                      max_chars))
     except MemoryError:
       status, error_type, error_message = "memory", "MemoryError", "memory limit exceeded"
       outcomes = []
@@ -160,14 +140,8 @@ class Runtime:
     parts.append("]}")
     return "".join(parts)
 
-  def _entry(self, kind, text, repeat, names, namespace, max_chars):
+  def _entry(self, kind, code, repeat, names, namespace, max_chars):
     results = []
-    try:
-      code = self.compile_value(text, kind, names)
-    except MemoryError:
-      raise
-    except BaseException as e:  # pylint: disable=broad-except
-      return ["!" + _type_name(type(e)) + ":" + _message(e)] * repeat
     scope = dict(self.value_calls)
     scope.update(names)
     scope["_cp_collect"] = _collect
@@ -192,6 +166,64 @@ class Runtime:
       except BaseException as e:  # pylint: disable=broad-except
         results.append("!" + _type_name(type(e)) + ":" + _message(e))
     return results
+
+
+class _PublicNames:
+  """The names a value expression may use when the program's plain globals are visible: any name
+  not starting with "_" (only the plain ones exist when it is evaluated; others fail there)."""
+
+  def __contains__(self, name):
+    return not name.startswith("_")
+
+
+def compile_value(text, kind, with_names):
+  """Code for a value expression (kind "value") or an argument list (kind "call")."""
+  if type(text) is not str or len(text) > rules.MAX_VALUE_CHARS:
+    raise ValueRejected("value text missing or too long")
+  names = _PublicNames() if with_names else ()
+  text = text.strip()
+  if kind == "value":
+    tree = compile(text, "<value>", "eval", _ONLY_AST)
+    reason = rules.value_reason(tree, names)
+  else:
+    tree = compile(f"_cp_collect({text}\n)", "<args>", "eval", _ONLY_AST)
+    call = tree.body
+    if not isinstance(call, _ast.Call) or not isinstance(call.func, _ast.Name):
+      raise ValueRejected("not an argument list")
+    reason = None
+    for part in list(call.args) + [k.value for k in call.keywords]:
+      reason = reason or rules.value_reason(_ast.Expression(part), names)
+  if reason:
+    raise ValueRejected(reason)
+  return compile(tree, "<value>", "eval")
+
+
+def prepare(program, entries, with_names, module_names_of=rules.module_names):
+  """The job payload for a call job, made by the trusted worker: the program's code object and
+  each entry's (rules checked, then compiled). Raises ProgramRejected, SyntaxError, ... when the
+  program itself cannot run; an entry that cannot be compiled carries its refusal instead."""
+  code = None
+  if program is not None:
+    code = marshal.dumps(compile_program(program, module_names_of))
+  compiled = []
+  for kind, text, repeat in entries:
+    try:
+      compiled.append([kind, marshal.dumps(compile_value(text, kind, with_names)), repeat, None])
+    except MemoryError:
+      raise
+    except BaseException as e:  # pylint: disable=broad-except  (SyntaxError, ValueRejected, ...)
+      compiled.append([kind, None, repeat, type(e).__name__ + ":" + str(e)[:300]])
+  return {"code": code, "entries": compiled, "names": bool(with_names)}
+
+
+def compile_program(source, module_names_of=rules.module_names):
+  """The code object of a program that passes `sandbox_rules.program_reason` (the rules are
+  applied to the very tree compiled here); raises ProgramRejected or the parser's error."""
+  tree = compile(source, "<program>", "exec", _ONLY_AST)
+  reason = rules.program_reason(tree, module_names_of)
+  if reason:
+    raise ProgramRejected(reason)
+  return compile(tree, "<program>", "exec")
 
 
 def _collect(*args, **kwargs):

@@ -27,7 +27,7 @@ This file is imported by `sandbox_worker.py`, a plain script: it must not import
 """
 import ctypes
 import errno
-import platform
+import os
 import struct
 
 PR_SET_NO_NEW_PRIVS = 38
@@ -100,14 +100,18 @@ _LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 _NR, _ARCH, _ARG0, _ARG1 = 0, 4, 16, 24  # offsets in struct seccomp_data (low words, little endian)
 
 
+def _machine():
+  return os.uname().machine  # (not the platform module: the zygote stays small)
+
+
 class _SockFprog(ctypes.Structure):
   _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
 def unavailable_reason():
   """None when a filter can be built for this machine, else why not."""
-  if platform.machine() not in _ARCHES:
-    return f"no syscall table for {platform.machine()}"
+  if _machine() not in _ARCHES:
+    return f"no syscall table for {_machine()}"
   if struct.pack("=I", 1) != struct.pack("<I", 1):
     return "big-endian machine"
   return None
@@ -117,7 +121,7 @@ def build_filter(machine=None, profile="generic"):
   """The BPF program as a list of (code, jt, jf, k); labels are resolved here."""
   if profile not in PROFILES:
     raise ValueError(f"seccomp profile must be one of {PROFILES}, got {profile!r}")
-  arch, nrs = _ARCHES[machine or platform.machine()]
+  arch, nrs = _ARCHES[machine or _machine()]
   deny = _RET_ERRNO | errno.EPERM
   prog = [("ld", _ARCH), ("jeq", arch, None, "kill"), ("ld", _NR)]
   if arch == 0xC000003E:

@@ -15,6 +15,7 @@ trusted writer produces; the worker decides timeout/memory/crash itself from the
 """
 import hmac
 import json
+import marshal
 import os
 import selectors
 import shutil
@@ -29,6 +30,7 @@ import time
 sys.path[:] = [p for p in sys.path if p != os.path.dirname(os.path.abspath(__file__))]
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))
 import sandbox_isolation as iso  # pylint: disable=g-import-not-at-top
+import sandbox_runtime  # pylint: disable=g-import-not-at-top
 import sandbox_zygote  # pylint: disable=g-import-not-at-top
 sys.path.pop()
 
@@ -116,8 +118,12 @@ class _ZygoteHandle:
       self.kill()
       raise OSError(f"the {self.profile} zygote did not start")
 
-  def alive(self):
-    return self.proc.poll() is None
+  def alive(self, wait_s=0.0):
+    try:
+      self.proc.wait(timeout=wait_s) if wait_s else self.proc.poll()
+    except subprocess.TimeoutExpired:
+      pass
+    return self.proc.returncode is None
 
   def kill(self):
     try:
@@ -195,8 +201,10 @@ class Worker:
     key = os.urandom(16)
     if kind == "calls":
       entries = [[str(k), str(t), int(r)] for k, t, r in job["entries"]]
-      payload = {"key": key.hex(), "program": job.get("program"), "entries": entries,
-                 "names": bool(job.get("names"))}
+      payload, refused = _prepared(job.get("program"), entries, bool(job.get("names")))
+      if refused is not None:
+        return refused  # Refused by the rules (or unparsable): no process is started at all.
+      payload["key"] = key.hex()
       request = {"limits": limits}
       shape = [r for _, _, r in entries]
     else:
@@ -206,15 +214,17 @@ class Worker:
                  "prelude": None if inline else prelude}
       request = {"limits": limits, "job_dir": job_dir, "prelude": prelude if inline else ""}
       shape = None
-    job_fd = _memfd_with(json.dumps(payload).encode())
-    stdin_fd = _memfd_with((job.get("stdin") or "").encode("utf-8", "replace"), "cp_stdin")
+    job_fd = _memfd_with(marshal.dumps(payload))
+    stdin = (job.get("stdin") or "").encode("utf-8", "replace")
+    # A call job reads no stdin: its descriptor 0 is the job's memfd, read to the end already.
+    stdin_fd = _memfd_with(stdin, "cp_stdin") if kind != "calls" else os.dup(job_fd)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     res_r, res_w = os.pipe()
     ctl_r, ctl_w = os.pipe()
     child_fds = [job_fd, stdin_fd, out_w, err_w, res_w, ctl_w]
     try:
-      socket.send_fds(zygote.sock, [json.dumps(request).encode()], child_fds)
+      socket.send_fds(zygote.sock, [marshal.dumps(request)], child_fds)
     finally:
       for fd in child_fds:
         os.close(fd)
@@ -291,6 +301,8 @@ class Worker:
         setup_error = line[6:]
     if setup_error is not None and killed_for is None:
       raise OSError(f"job setup: {setup_error}")
+    if status is None and killed_for is None and not zygote.alive(wait_s=0.5):
+      raise OSError(f"the {zygote.profile} zygote died")  # Not the program's doing.
     if killed_for is None and cpu_s >= limits["cpu_time_s"] - 0.05 and not buffers[res_r]:
       killed_for = "cpu"
     return _classify(status, killed_for, buffers[out_r], buffers[err_r], buffers[res_r], limits,
@@ -304,6 +316,21 @@ class Worker:
         pass
     if self.flags["uid"] is not None:
       iso.kill_uid(self.flags["uid"])
+
+
+def _prepared(program, entries, names):
+  """(job payload, None), or (None, the job's result) when the program is refused.
+
+  The worker checks and compiles (trusted, warm); the job process only runs code objects. The
+  rules are applied to the very trees compiled (sandbox_runtime.prepare)."""
+  try:
+    return sandbox_runtime.prepare(program, entries, names), None
+  except MemoryError:
+    status, error_type, message = "memory", "MemoryError", "memory limit exceeded"
+  except BaseException as e:  # pylint: disable=broad-except  (SyntaxError, RecursionError, ...)
+    status, error_type, message = "error", type(e).__name__, str(e)[:300]
+  return None, {"status": status, "value_repr": None, "value_text": None, "error_type": error_type,
+                "error_message": message, "stdout": "", "stderr": ""}
 
 
 def _decode(data, cap):
@@ -457,10 +484,13 @@ def main():
       outcome = {"status": "error", "value_repr": None, "value_text": None, "stdout": "",
                  "stderr": "", "error_type": "SandboxError", "error_message": f"{e}"[:2000],
                  "duration_s": 0.0}
+    retire = not worker.alive()
+    if retire:
+      outcome["retire"] = True  # A zygote died: the pool starts a fresh worker before the next job.
     write_frame(out_fd, outcome)
     del job, outcome
-    if not worker.alive():
-      break  # A zygote died: the pool sees EOF and starts a fresh worker.
+    if retire:
+      break
   worker.close()
 
 

@@ -8,8 +8,8 @@ what its profile needs, loaded before any job:
 - "calls": the restricted runtime (`sandbox_runtime.Runtime`: allowed modules, proxies, encoder);
 - "generic": the PRELOAD modules, so that plain `Job`s import them without file access.
 
-Per request (limits, flags and descriptors only; the job's code and inputs travel in a memfd that
-only the job process reads) it makes a fresh PID namespace (`unshare(CLONE_NEWPID)`, fork, then
+Per request (limits and descriptors only, marshalled by the trusted worker; the job's code and
+inputs travel in a memfd that only the job process reads) it makes a fresh PID namespace (`unshare(CLONE_NEWPID)`, fork, then
 `setns` back to its own), forks the job process as PID 1 there, reports its pid, waits for it and
 reports its wait status and CPU time on the control pipe.
 
@@ -22,6 +22,7 @@ program wrote itself without the key is rejected by the worker.
 """
 import gc
 import json
+import marshal
 import os
 import resource
 import signal
@@ -143,7 +144,7 @@ def _job_process(request, fds, flags, profile, runtime, prelude_code):
       os.write(ctl, f"error {e}\n".encode())
       _EXIT(0)
   os.close(ctl)
-  payload = json.loads(_read_all(fds["job"]))
+  payload = marshal.loads(_read_all(fds["job"]))  # Written by the trusted worker.
   key = bytes.fromhex(payload.pop("key"))
   prelude_src = None if prelude_code is not None else (payload.get("prelude")
                                                        or request.get("prelude"))
@@ -171,16 +172,13 @@ def _job_process(request, fds, flags, profile, runtime, prelude_code):
       resource.setrlimit(rlimit, (value, value))
     except (ValueError, OSError):
       pass
-  os.environ.clear()
-  os.environ.update({"PATH": "/usr/bin:/bin", "HOME": job_dir, "TMPDIR": job_dir,
-                     "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"})
-  if _tempfile is not None:
+  if profile == "generic":  # (The zygote's own environment is already the scrubbed one.)
+    os.environ.update({"HOME": job_dir, "TMPDIR": job_dir})
     _tempfile.tempdir = job_dir
   if not flags["netns"]:
     sys.addaudithook(_socket_guard)
-  sys.stdin = open(0, "r", closefd=False)
-  sys.stdout = open(1, "w", closefd=False)
-  sys.stderr = open(2, "w", closefd=False)
+  # sys.stdin/stdout/stderr were opened on descriptors 0-2 by the zygote: they now write to the
+  # job's pipes (nothing was buffered at fork).
   if flags["seccomp"]:
     try:
       sandbox_seccomp.install(profile)
@@ -233,6 +231,12 @@ class Zygote:
     self.pidns_fd = fds[0] if fds else None
     if self.flags["seccomp"]:
       sandbox_seccomp.prepare(self.profile)
+    os.environ.clear()
+    os.environ.update({"PATH": "/usr/bin:/bin", "HOME": "/", "TMPDIR": "/", "LANG": "C.UTF-8",
+                       "PYTHONHASHSEED": "0"})
+    sys.stdin = open(0, "r", closefd=False)
+    sys.stdout = open(1, "w", closefd=False)
+    sys.stderr = open(2, "w", closefd=False)
     gc.collect()
     gc.freeze()  # Jobs' collections skip the zygote's objects (fewer copied pages per job).
 
@@ -256,7 +260,7 @@ class Zygote:
         return
       if not message:
         return
-      request = json.loads(message)
+      request = marshal.loads(message)  # From the trusted worker: limits and flags only.
       fd_map = dict(zip(FD_NAMES, fds))
       ctl = fd_map["ctl"]
       try:

@@ -85,7 +85,7 @@ def _errno_of(call):
                     reason=f"no seccomp filter for {platform.machine()}")
 def test_generic_filter_denies_ways_to_watch_or_mark_files():
   """Issue 23 item 3: no inotify/fanotify watch, lock, lease or page-cache probe (a concurrent job
-  could see them), while reading files still works."""
+  could see them), no host-wide counters (sysinfo), while reading files still works."""
   def check():
     libc = ctypes.CDLL(None, use_errno=True)
     fd = os.open("/etc/hostname" if os.path.exists("/etc/hostname") else "/etc/passwd", os.O_RDONLY)
@@ -96,12 +96,13 @@ def test_generic_filter_denies_ways_to_watch_or_mark_files():
     out["cachestat"] = (libc.syscall(451 if platform.machine() in ("x86_64", "aarch64") else -1,
                                      fd, 0, 0, 0), ctypes.get_errno())
     out["preadv2"] = _errno_of(lambda: os.preadv(fd, [bytearray(1)], 0, os.RWF_NOWAIT))
+    out["sysinfo"] = (libc.sysinfo(ctypes.create_string_buffer(256)), ctypes.get_errno())
     return out
   result = _in_filtered_child(check)
   denied = (-1, errno.EPERM)
   assert result == repr({"read": True, "inotify": denied, "flock": denied,
                          "fcntl_lock": errno.EPERM, "cachestat": denied,
-                         "preadv2": errno.EPERM}), result
+                         "preadv2": errno.EPERM, "sysinfo": denied}), result
 
 
 @pytest.mark.skipif(sandbox_seccomp.unavailable_reason() is not None,

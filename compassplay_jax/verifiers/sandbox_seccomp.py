@@ -21,7 +21,7 @@ with EPERM (clone3 with ENOSYS, so libc falls back to clone, whose flags the fil
   sockets) and socketpair. Inet sockets are harmless inside the empty network namespace;
 - ways to watch or mark files that other jobs can see without writing them: inotify, fanotify,
   flock and fcntl locks, leases and dnotify, and page-cache probes (mincore, cachestat,
-  preadv2/pwritev2 with RWF_NOWAIT).
+  preadv2/pwritev2 with RWF_NOWAIT); and sysinfo (host-wide load, memory and process counts).
 
 This file is imported by `sandbox_worker.py`, a plain script: it must not import the package.
 """
@@ -47,7 +47,7 @@ _DENIED = ("unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "ptra
            "fspick", "open_tree", "move_mount", "mount_setattr", "name_to_handle_at",
            "open_by_handle_at", "personality", "syslog", "quotactl", "vhangup", "inotify_init",
            "inotify_init1", "fanotify_init", "flock", "mincore", "cachestat", "preadv2",
-           "pwritev2")
+           "pwritev2", "sysinfo")
 # fcntl commands that lock, lease or watch a file (F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW,
 # F_SETLEASE, F_NOTIFY); the same numbers on every Linux architecture.
 _FCNTL_DENIED = (6, 7, 37, 38, 1024, 1026)
@@ -76,7 +76,7 @@ _ARCHES = {
         rt_sigaction=13, rt_sigprocmask=14, rt_sigreturn=15, sigaltstack=131, getpid=39, gettid=186,
         getuid=102, geteuid=107, getgid=104, getegid=108, getrandom=318, futex=202, sched_yield=24,
         clock_gettime=228, clock_getres=229, gettimeofday=96, restart_syscall=219, prlimit64=302,
-        exit=60, exit_group=231)),
+        exit=60, exit_group=231, sysinfo=99)),
     "aarch64": (0xC00000B7, dict(
         unshare=97, setns=268, clone=220, clone3=435, mount=40, umount2=39, pivot_root=41,
         chroot=51, ptrace=117, process_vm_readv=270, process_vm_writev=271, bpf=280,
@@ -92,7 +92,7 @@ _ARCHES = {
         madvise=233, rt_sigaction=134, rt_sigprocmask=135, rt_sigreturn=139, sigaltstack=132,
         getpid=172, gettid=178, getuid=174, geteuid=175, getegid=177, getgid=176, getrandom=278,
         futex=98, sched_yield=124, clock_gettime=113, clock_getres=114, gettimeofday=169,
-        restart_syscall=128, prlimit64=261, exit=93, exit_group=94)),
+        restart_syscall=128, prlimit64=261, exit=93, exit_group=94, sysinfo=179)),
 }
 
 # Classic BPF opcodes.

@@ -17,7 +17,7 @@ import hmac
 import json
 import marshal
 import os
-import selectors
+import select
 import shutil
 import signal
 import socket
@@ -245,12 +245,13 @@ class Worker:
     caps = {out_r: limits["output_bytes"], err_r: limits["output_bytes"], res_r: res_cap}
     killed_for = None
     exited = False
-    sel = selectors.DefaultSelector()
-    for fd in (ctl_r, out_r, err_r, res_r):
-      sel.register(fd, selectors.EVENT_READ)
+    poller = select.poll()  # (select.poll, not selectors: less work per job in this loop)
+    open_fds = {ctl_r, out_r, err_r, res_r}
+    for fd in open_fds:
+      poller.register(fd, select.POLLIN)
     drain_until = None
     try:
-      while not exited or len(sel.get_map()):
+      while not exited or open_fds:
         now = time.monotonic()
         if killed_for is None and not exited and now >= deadline:
           killed_for = "timeout"
@@ -259,11 +260,11 @@ class Worker:
         if drain_until is not None and now >= drain_until:
           break
         wait = (drain_until if drain_until is not None else deadline) - now
-        for sel_key, _ in sel.select(timeout=max(0.0, wait)):
-          fd = sel_key.fd
+        for fd, _ in poller.poll(max(0.0, wait) * 1000):
           chunk = os.read(fd, 65536)
           if not chunk:
-            sel.unregister(fd)
+            poller.unregister(fd)
+            open_fds.discard(fd)
             if fd == ctl_r:
               exited = True
               if not self.flags["pidns"] and self.flags["uid"] is not None:
@@ -282,7 +283,7 @@ class Worker:
             self._kill(job_pid)
             drain_until = time.monotonic() + _KILL_GRACE_S
     finally:
-      sel.close()
+      del poller
     if not exited:
       if job_pid is None:
         # The zygote never started the job: end it (a fresh one is spawned for the next job).

@@ -143,3 +143,69 @@ def test_sgs_solver_weights_try_and_length():
   np.testing.assert_allclose(got, [-0.5, 1, 0, 0, 0, 0, 0, 0])
   with pytest.raises(ValueError, match="without max_tokens"):
     advantages.sgs_solver_weights(correct, groups, lengths=lengths)
+
+
+def _copies_oracle(rewards, selected, copies):
+  """A plain loop: the selected rows and the copies (at reward 0) are whitened around max(mean, 0);
+  a copy gets at most -1; everything else 0."""
+  trained = [(0.0 if c else r) for r, s, c in zip(rewards, selected, copies) if s or c]
+  if not trained:
+    return [0.0] * len(rewards)
+  base = max(sum(trained) / len(trained), 0.0)
+  rms = (sum((r - base) ** 2 for r in trained) / len(trained)) ** 0.5
+  out = []
+  for r, s, c in zip(rewards, selected, copies):
+    a = ((0.0 if c else r) - base) / rms if (s or c) and rms > 1e-12 else 0.0
+    out.append(min(a, -1.0) if c else a)
+  return out
+
+
+@pytest.mark.parametrize("rewards, selected, copies", [
+    ([0.0, 0.04, 0.02], [1, 1, 1], [1, 0, 0]),              # the paper's case: others rewarded
+    ([0.0, -0.1, -0.2], [1, 1, 1], [1, 0, 0]),              # band mean <= 0 (old rule: the copy got 0)
+    ([-0.5, 0.03, 0.05, -0.5], [0, 1, 1, 0], [1, 0, 0, 0]),  # an s = 1 copy: out of band, gate reward
+    ([0.0, 0.0], [1, 1], [1, 1]),                           # only copies
+    ([0.0, 0.3], [0, 0], [1, 0]),                           # nothing in band but a copy (s = 0)
+    ([0.0, 0.05], [1, 1], [1, 0]),                          # a copy and one rewarded conjecture
+    ([0.0, 0.0, 0.0, 0.0, 0.05], [1] * 5, [1, 1, 1, 1, 0]),  # many copies: capped at -1
+    ([0.2, -0.1, 0.0], [1, 1, 0], [0, 0, 0]),               # no copy: the floored baseline as before
+])
+def test_copies_are_always_trained_down(rewards, selected, copies):
+  got = advantages.floored_baseline_advantages(rewards, np.asarray(selected, bool), copies=np.asarray(copies, bool))
+  np.testing.assert_allclose(got, _copies_oracle(rewards, selected, copies), atol=1e-6)
+  assert all(a < 0 for a, c in zip(got, copies) if c)
+  # Without copies the function is the floored baseline itself.
+  if not any(copies):
+    np.testing.assert_allclose(got, _floored_oracle(rewards, selected), atol=1e-6)
+
+
+def test_copies_negative_under_any_rewards():
+  """Random rounds: every copy gets at most -1, and the old rule (copies among the selected rows at
+  reward 0, no cap) leaves them at 0 whenever the round's mean reward is <= 0."""
+  rng = np.random.default_rng(1)
+  zeroed = 0
+  for _ in range(300):
+    n = int(rng.integers(1, 9))
+    r = rng.uniform(-1, 1, size=n)
+    selected, copies = rng.random(n) < 0.7, rng.random(n) < 0.3
+    r[copies] = 0.0
+    got = advantages.floored_baseline_advantages(r, selected, copies=copies)
+    assert np.all(got[copies] <= -1.0)
+    old = advantages.floored_baseline_advantages(r, selected | copies)
+    zeroed += int(np.any(old[copies] == 0))
+  assert zeroed > 0, "the old rule's hole (a copy at advantage 0) never showed: the test would not catch it"
+
+
+def test_length_penalty_on_trained_conjectures_is_sgs_replacement():
+  """SGS step2_train.py:304-310: a trained conjecture's weight becomes length_reward when negative.
+  SGS's weights are in [0, 1], so replacing = min; a row not trained keeps its 0."""
+  adv = [1.0, 0.0, -1.0, 0.5, 0.0]
+  trained = [1, 1, 1, 1, 0]
+  lengths = [90, 100, 95, 50, 100]  # max 100: penalty from 80, -1 at 100
+  got = advantages.length_penalized(adv, trained, lengths, 100)
+  np.testing.assert_allclose(got, [-0.5, -1.0, -1.0, 0.5, 0.0], atol=1e-6)
+  # SGS's weights (min-max, in [0, 1]): the result is exactly SGS's replacement.
+  w = advantages.reinforce([0.1, 0.4, 0.3])
+  pen = advantages.overlong_penalty([99, 10, 85], 100)
+  np.testing.assert_allclose(advantages.length_penalized(w, [1, 1, 1], [99, 10, 85], 100),
+                             [p if p < 0 else x for x, p in zip(w, pen)], atol=1e-6)

@@ -132,35 +132,63 @@ def reinforce(rewards, selected=None) -> np.ndarray:
 def overlong_penalty(lengths, max_tokens: int, gamma: float = 0.8) -> np.ndarray:
   """DAPO-style soft length penalty in [−1, 0]: 0 up to γ·max_tokens, then linear down to −1 at max_tokens.
 
-  SGS applies it to solver rollouts with γ = 0.8 (its step2_train.py; docs/training.md); how it is
-  combined with the weight was not established, so the caller adds it (DAPO's convention) or ignores it.
+  SGS's `length_reward` (sgs step2_train.py:57-73, γ = 0.8): a kept proof's or conjecture's weight
+  is replaced by it when it is negative (`length_penalized`, `sgs_solver_weights`).
   """
   n = _as_1d("lengths", lengths).astype(np.float64)
   start = gamma * max_tokens
   return np.clip(-(n - start) / (max_tokens - start), -1.0, 0.0).astype(np.float32)
 
 
-def floored_baseline_advantages(rewards, selected=None, floor: float = 0.0) -> np.ndarray:
-  """Proposer advantages that keep zero-reward rows in the batch and push them down, never up.
+# The most a copy of its seed (novelty 0) may get under the floored baseline: one RMS unit of the
+# whitened rows below the baseline, whatever the other rows score.
+COPY_ADVANTAGE = -1.0
 
-  Over the selected rows (default all), with b = max(mean r, floor):
-    A_i = (r_i − b) / sqrt(mean_j (r_j − b)²)        (0 for all when every r_j = b)
-  unselected rows get 0. It is REINFORCE with a batch-mean baseline (Williams 1992), whitened
-  over the round as REINFORCE++ / AZR's TRR++ (arXiv 2505.03335) do, with one change: the
-  baseline never drops below `floor` (0). A copy of the seed has reward 0 (novelty factor 0), so
-  it is trained down whenever the round's mean reward is positive and is never trained up; with
-  SGS's min-max weights (`reinforce`) it is never below 0, and is pushed up when another row
-  scores below it: reinforce([0, -0.1, 0.2]) = [0.33, 0, 1], here [-0.27, -1.07, 1.34].
+
+def floored_baseline_advantages(rewards, selected=None, floor: float = 0.0, copies=None) -> np.ndarray:
+  """Proposer advantages that train copies down, always, and never up.
+
+  The trained rows are the selected ones (default all) and the `copies` (selected or not). Copies
+  count at reward 0, the value the novelty factor gives them. With b = max(mean r, floor) and
+  σ = sqrt(mean (r − b)²) over the trained rows:
+    A_i = (r_i − b) / σ                 (0 when σ = 0)
+    A_i = min((0 − b) / σ, −1)          for a copy
+  and 0 for every other row. It is REINFORCE with a batch-mean baseline (Williams 1992), whitened over
+  the round as REINFORCE++ / AZR's TRR++ (arXiv 2505.03335) do, with the baseline floored at `floor`
+  (0), so a row scoring 0 is never trained up. The baseline alone pushes a reward-0 copy down only when
+  b > 0, and a copy outside the band (solve rate 1, as a copy of a solved seed usually is) would not be
+  trained at all; the cap and the copies' membership make both hold always. `copies` are the caller's
+  zero-novelty rows (token-Jaccard 1 to the seed: every verbatim copy). SGS's min-max weights
+  (`reinforce`) are never negative, so they never push a copy down: reinforce([0, -0.1, 0.2]) =
+  [0.33, 0, 1]; here [-0.27, -1.07, 1.34], and [-1, -1.07, 1.34] with row 0 flagged as a copy.
   """
   r = _as_1d("rewards", rewards).astype(np.float64)
   sel = np.ones(r.shape, bool) if selected is None else _as_1d("selected", selected, r.shape[0]).astype(bool)
+  copy = np.zeros(r.shape, bool) if copies is None else _as_1d("copies", copies, r.shape[0]).astype(bool)
+  r = np.where(copy, 0.0, r)
+  trained = sel | copy
   adv = np.zeros(r.shape, np.float64)
-  if sel.any():
-    deviation = r[sel] - max(r[sel].mean(), floor)
+  if trained.any():
+    deviation = r[trained] - max(r[trained].mean(), floor)
     scale = np.sqrt(np.mean(deviation ** 2))
     if scale > 1e-12:
-      adv[sel] = deviation / scale
+      adv[trained] = deviation / scale
+  adv[copy] = np.minimum(adv[copy], COPY_ADVANTAGE)
   return adv.astype(np.float32)
+
+
+def length_penalized(advantages, trained, lengths, max_tokens: int, gamma: float = 0.8) -> np.ndarray:
+  """SGS's DAPO length rule on trained rows: a trained row whose length passes gamma·max_tokens gets
+  min(A, overlong_penalty) (in [−1, 0)).
+
+  SGS replaces the weight of such a conjecture or proof by the penalty (sgs step2_train.py:304-310
+  for conjectures, :556-564 for proofs); its weights are never negative, so replacing is taking the
+  minimum, which is what a signed advantage needs: an overlong copy already at −1 stays at −1.
+  """
+  a = _as_1d("advantages", advantages).astype(np.float64)
+  t = _as_1d("trained", trained, a.shape[0]).astype(bool)
+  penalty = overlong_penalty(_as_1d("lengths", lengths, a.shape[0]), max_tokens, gamma).astype(np.float64)
+  return np.where(t & (penalty < 0), np.minimum(a, penalty), a).astype(np.float32)
 
 
 def sgs_solver_weights(correct, group_ids, *, max_solve_rate: float = 0.5, zero_weight=None, lengths=None,

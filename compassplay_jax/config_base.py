@@ -35,8 +35,9 @@ def train_sequence_len(config) -> int:
 
 
 def reward_sequence_len(config) -> int:
-  """Tokens of a reward sequence (g_ref's and a candidate's solution): prompt + reward.max_completion_tokens."""
-  return config.sampling.max_prompt_tokens + config.reward.max_completion_tokens
+  """Tokens of a reward sequence (g_ref's and a candidate's solution): prompt + reward.max_completion_tokens
+  (0: sampling.max_new_tokens, the whole completion)."""
+  return config.sampling.max_prompt_tokens + (config.reward.max_completion_tokens or config.sampling.max_new_tokens)
 
 
 RECOMPUTE_LOGPROBS = ("auto", "on", "off")
@@ -82,6 +83,9 @@ def check_config(config) -> None:
                       f"{RECOMPUTE_LOGPROBS}")
   if config.train.kl_coef < 0:
     raise ConfigError(f"config.train.kl_coef={config.train.kl_coef} is negative")
+  if config.train.get("fresh_optimizer") and config.train.schedule != "constant":
+    raise ConfigError(f"config.train.fresh_optimizer restarts the schedule every step: use schedule='constant' "
+                      f"(warmup_steps then counts within each step), not {config.train.schedule!r}")
   if config.train.get("ppo_mini_batches", 1) < 1:
     raise ConfigError(f"config.train.ppo_mini_batches={config.train.ppo_mini_batches}: must be >= 1")
   if config.reward.name == "soar_utility":
@@ -157,7 +161,7 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   # bad_format -1 (tags malformed), invalid -1 (invalid proposal), out_of_band -0.5 (solve rate 0 or 1;
   # the paper's equation uses 0).
   config.reward.update(dataclass_fields(RewardConfig, ("bad_format", "invalid", "out_of_band")))
-  config.reward.max_completion_tokens = 1024  # candidate solution tokens used for g(x)
+  config.reward.max_completion_tokens = 1024  # candidate solution tokens used for g(x) (0 = sampling.max_new_tokens)
   # SOAR's measured reward (reward.name = soar_utility; rewards/soar.py, docs/rewards.md): valid
   # candidates in proposal order are cut into groups; per group a copy of the solver takes
   # soar_inner_steps plain SGD steps (lr soar_inner_lr) on the group's verified tasks, and the group's
@@ -177,6 +181,9 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   # 0: rows padded to one shape, micro_batch_size rows per pass. > 0 (one device): rows packed by
   # their real length into micro-batches of about this many tokens (same update, less padding).
   config.train.micro_batch_tokens = 0
+  # A fresh optimizer state (moments, step count, schedule) at the start of every step's update, as
+  # SGS builds a new trainer each iteration (configs/lean.py); warmup_steps then count within the step.
+  config.train.fresh_optimizer = False
   # Old log-probs of the PPO ratio from the training forward at the update's starting params (veRL's
   # old_log_prob), not the sampler's: "auto" = when the compute dtype is not float32; "on" | "off".
   config.train.recompute_logprobs = "auto"

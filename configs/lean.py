@@ -42,15 +42,27 @@ def get_config(arg: str = ""):
   l.conditioning = "seeds"
   l.conjectures_per_seed = 1  # SGS: one conjecture per conditioned statement
   l.seeds_per_iteration = 0  # 0 = every scheduled statement
-  # "floored_baseline": whitened, baseline max(mean, 0): copies (reward 0) are trained down (docs/lean.md);
-  # "sgs_minmax": SGS's min-max REINFORCE weights.
+  # "floored_baseline": whitened, baseline max(mean, 0), and every copy of its seed (novelty 0 under a
+  # novelty reward, whatever its solve rate) trained down at advantage <= -1 (docs/lean.md §9);
+  # "sgs_minmax": SGS's min-max REINFORCE weights (never negative; the difficulty baseline's SGS form).
   l.proposer_advantage = "floored_baseline"
   l.zero_weight_try = True  # SGS: proofs containing `try` get weight 0
   l.overlong_penalty = True  # SGS: DAPO length penalty on kept proofs longer than 0.8 x max_new_tokens
+  # SGS: the same penalty on trained conjectures (ModelConfig.dapo_length_penalty=True, sgs/models/model_types.py:60,
+  # not overridden for the conjecturer, sgs/utils/experiment_utils.py:168-181; applied at
+  # sgs/pipeline/step2_train.py:304-310).
+  l.conjecture_length_penalty = True
+  # SGS: the prover's extractor is extract_proof_deepseek_v2_strict (sgs/utils/experiment_utils.py:152,
+  # sgs/utils/prompts.py:133-181): one ```lean4 block, the whole answer, one declaration.
+  l.strict_extraction = True
   l.train_batch_size = 32  # SGS: one epoch over the iteration's rows at batch 32; 0 = one step
   l.epochs_per_iteration = 1
   l.num_workers = 8
-  l.timeout_s = 60.0
+  # SGS: PipelineConfig.verifier_timeout = 500 s (sgs/pipeline/config.py:80; scripts/standard_sgs.py keeps it),
+  # passed to every check (sgs/pipeline/full_pipeline.py:427, step1_data_gen.py:569, pipeline_pv.py:111).
+  # The verifier's own default is 200 s (sgs/verification/prover/lean/verifier.py:32), as the paper states
+  # (App. B); the run used 500, and the configs follow the code (docs/paper_settings.md).
+  l.timeout_s = 500.0
 
   s = config.sampling
   s.temperature = 1.0  # SGS: temperature 1.0, top_p 1.0 (§1.3)
@@ -60,12 +72,23 @@ def get_config(arg: str = ""):
 
   r = config.reward
   r.name = "compassplay_cos_novelty"  # paper: cos x (1 - J(conjecture, seed)) with the local reference
+  # g(x̃) and g_ref over the whole proof: reward sequences up to max_prompt_tokens + max_new_tokens
+  # (0 = the whole completion; longer ones, if any, are counted in lean/reward_truncated).
+  r.max_completion_tokens = 0
 
   t = config.train
   t.learning_rate = 3e-6  # SGS: lr 3e-6, constant (§1.3)
   t.b2 = 0.95  # SGS: Adam beta2 0.95 (§1.3)
   t.weight_decay = 0.0  # SGS uses Adam (no decay)
   t.grad_clip = 1.0  # SGS (§1.3)
+  # SGS: a new HF Trainer every iteration that loads only the weights (reset_trainer=True,
+  # scripts/standard_sgs.py:58; sgs/training/train_local.py:163,344): fresh Adam moments and step count.
+  t.fresh_optimizer = True
+  # SGS writes warmup_steps=2 (sgs/utils/experiment_utils.py:200 -> train_local.py:301) with
+  # lr_scheduler_type="constant" (train_local.py:300), and transformers' get_scheduler ignores warmup
+  # for "constant" (transformers 4.55.2, SGS requirements.txt:23): SGS trains at 3e-6 from its first
+  # step. 0 reproduces that; 2 gives the warmup as written (counted within each iteration).
+  t.warmup_steps = 0
   t.micro_batch_size = 8
 
   config.checkpoint.every_steps = 5
@@ -80,6 +103,7 @@ def get_config(arg: str = ""):
     l.targets_path = "data:minif2f/minif2f.jsonl"
     l.targets_limit = 8
     l.prefill_proof = True  # a 135M model rarely writes the ```lean4 block itself
+    l.strict_extraction = False  # ... nor closes it
     l.proofs_per_problem = 2
     l.num_workers = 2
     s.max_new_tokens = 256
@@ -95,6 +119,7 @@ def get_config(arg: str = ""):
     l.targets_path = ""  # tests pass a small target file
     l.targets_limit = 4
     l.prefill_proof = True
+    l.strict_extraction = False  # a random model never closes the code block
     l.proofs_per_problem = 4
     l.num_workers = 2
     l.timeout_s = 10.0

@@ -24,6 +24,7 @@ from compassplay_jax.selfplay import step as step_lib
 from compassplay_jax.selfplay.lean import LeanSelfPlay
 from compassplay_jax.selfplay.rollout import truncate_prompt
 from compassplay_jax.selfplay.run import build_model
+from compassplay_jax.selfplay.sequences import pack
 from tests.test_selfplay import _config
 
 FAKE_REPL = pathlib.Path(__file__).with_name("fake_lean_repl.py")
@@ -71,6 +72,26 @@ class ScriptedSampler:
     return result
 
 
+class PolicySampler(ScriptedSampler):
+  """The script's texts with the policy's own log-probs of their tokens at the params it is given
+  (engine.logprobs: the train step's log-probs at the sampling temperature, what rollout.sample
+  reports for tokens it samples), so the update's first PPO ratio is exactly 1. ScriptedSampler's
+  log-probs are 0, and under PPO's clip a row with ratio exp(log p - 0) < 0.8 and A < 0 has no gradient."""
+
+  def __call__(self, engine, params, tokenizer, prompts, config, key, *, n_samples=1, **kwargs):
+    result = super().__call__(engine, params, tokenizer, prompts, config, key, n_samples=n_samples, **kwargs)
+    packed = pack(result.prompt_tokens, result.tokens, tokenizer.pad_token_id, row_multiple=32)
+    lp = np.asarray(engine.logprobs(params, jnp.asarray(packed.tokens), jnp.asarray(packed.attention_mask)))
+    result.logprobs = [lp[r, len(p):len(p) + len(c)] for r, (p, c) in enumerate(zip(result.prompt_tokens,
+                                                                                     result.tokens))]
+    return result
+
+
+def _sequence_logprob(graphdef, params, prompt_ids, completion_ids):
+  """log p(completion | prompt) by a plain forward of the model (independent of the engine)."""
+  return -float(_loss(nnx.merge(graphdef, params), prompt_ids, completion_ids)) * len(completion_ids)
+
+
 def _loss(model, prompt_ids, completion_ids):
   """Mean token cross-entropy of the completion given the prompt (the per-sequence solver loss)."""
   ids = jnp.asarray(np.concatenate([prompt_ids, completion_ids]))[None]
@@ -94,8 +115,9 @@ def _cos(a, b):
 def setup(tmp_path_factory):
   path = tmp_path_factory.mktemp("lean") / "targets.json"
   path.write_text(json.dumps([{"header": HEADER, "theorem": t} for t in TARGETS]))
+  # max_new_tokens 64: the scripted conjectures (about 40 tokens) stay below SGS's length penalty (0.8 x 64).
   config = _config("lean:tiny", **{"lean.targets_path": str(path), "lean.command": f"{sys.executable} {FAKE_REPL}",
-                                   "lean.conjectures_per_seed": 3})
+                                   "lean.conjectures_per_seed": 3, "sampling.max_new_tokens": 64})
   model, tokenizer = build_model(config)
   graphdef, params = nnx.split(model)
   return config, tokenizer, graphdef, params
@@ -104,11 +126,14 @@ def setup(tmp_path_factory):
 _ENGINES = {}
 
 
+def _engine(graphdef, params, config):
+  """One engine per model: its compiled functions are reused across tests."""
+  return _ENGINES.setdefault(id(graphdef), step_lib.one_device_engine(graphdef, params, config))
+
+
 def _collect(play, graphdef, params, step, key):
-  """One iteration through step.run_step without the update: (rows, metrics). One engine per model
-  (its compiled functions are reused across tests)."""
-  engine = _ENGINES.setdefault(id(graphdef), step_lib.one_device_engine(graphdef, params, play.config))
-  result = step_lib.run_step(play, engine, params, None, step, key, update=None)
+  """One iteration through step.run_step without the update: (rows, metrics)."""
+  result = step_lib.run_step(play, _engine(graphdef, params, play.config), params, None, step, key, update=None)
   return result.rows, result.metrics
 
 
@@ -165,6 +190,9 @@ def test_cos_novelty_for_every_eligible_conjecture_and_copies_pushed_down(setup)
     assert renamed.rename and not renamed.copy
     assert 1 - renamed.jaccard == pytest.approx(1 - novelty.token_jaccard(RENAMED, SEED, "lean"))
     assert 0.4 < 1 - renamed.jaccard < 0.6
+    # g(x̃) of the three conjectures and the seed's g_ref, none cut (reward length = the whole proof).
+    assert metrics["lean/reward_sequences"] == 4 and metrics["lean/reward_truncated"] == 0
+    assert metrics["lean/copies_trained_down"] == 1
     # Copy and rename rates over the in-band (training) conjectures.
     assert metrics["copy_rate"] == pytest.approx(1 / 3) and metrics["rename_rate"] == pytest.approx(1 / 3)
     # The rows carry those advantages: the copy's row stays in the batch with its negative advantage.
@@ -221,6 +249,7 @@ def test_try_proofs_get_zero_weight_and_train_batches_cover_one_epoch(setup):
     assert metrics["lean/proofs_try_zeroed"] == 1 and metrics["lean/solver_rows"] == 1
     batches = play.train_batches(rows * 5, 1)
     assert [len(b) for b in batches] == [5]  # tiny: train_batch_size 16 >= 5 rows
+    play.config = play.config.copy_and_resolve_references()  # not the module fixture's config
     play.config.lean.train_batch_size = 2
     batches = play.train_batches(rows * 5, 1)
     assert [len(b) for b in batches] == [2, 2, 1] and sum(batches, []) != []
@@ -251,5 +280,96 @@ def test_checkpoint_from_before_the_seed_pool_resumes(setup):
     play.load_state_dict({"coverage": coverage.to_json(), "proofs": {"seed_a": GOOD}, "generations": 7})
     assert play.seeds.names == ["seed_a"] and play.seeds.get("seed_a").iteration == 2
     assert play.generations == 7 and play.supplied_checked
+  finally:
+    play.close()
+
+
+def test_copy_solved_every_time_is_trained_down(setup):
+  """A verbatim copy of a solved seed is usually solved 8 of 8 times: out of the band, its gate reward
+  would leave it untrained (advantage 0, row dropped). It stays in the batch at advantage <= -1."""
+  config, tokenizer, graphdef, params = setup
+  play, _ = _play(setup, copy_proofs=[GOOD] * 4)
+  try:
+    for step in (1, 2):
+      rows, metrics = _collect(play, graphdef, params, step, jax.random.key(0))
+    copy, renamed, novel = [SimpleNamespace(**o) for o in metrics["candidates"]]
+    assert copy.solve_rate == 1.0 and not copy.in_band and copy.jaccard == 1.0
+    assert copy.advantage <= -1.0 and renamed.in_band and novel.in_band
+    proposer = sorted(r.advantage for r in rows if r.role == "proposer")
+    assert proposer == pytest.approx(sorted([copy.advantage, renamed.advantage, novel.advantage]))
+    assert metrics["lean/copies_trained_down"] == 1
+  finally:
+    play.close()
+
+
+def test_reward_truncation_is_counted(setup):
+  """With a reward length (max_prompt_tokens + reward.max_completion_tokens) below prompt + proof every
+  reward sequence is cut, and the metrics say so. With max_new_tokens 24 the scripted conjectures
+  (about 40 tokens) pass SGS's length limit: their advantages become the length penalty (-1 at the
+  limit); a copy's stays at its own, <= -1."""
+  config, tokenizer, graphdef, params = setup
+  short = config.copy_and_resolve_references()
+  short.reward.max_completion_tokens = 2  # proofs are 4-6 tokens; prompts are cut to 64 by the sampler
+  short.sampling.max_prompt_tokens = 64
+  short.sampling.max_new_tokens = 24
+  play = LeanSelfPlay(short, tokenizer, sampler=ScriptedSampler(tokenizer, [GOOD, GOOD, BAD, BAD]))
+  try:
+    for step in (1, 2):
+      _, metrics = _collect(play, graphdef, params, step, jax.random.key(0))
+    assert metrics["lean/reward_sequences"] == 4 and metrics["lean/reward_truncated"] == 4
+    outcomes = [SimpleNamespace(**o) for o in metrics["candidates"]]
+    assert all(o.in_band for o in outcomes) and outcomes[0].jaccard == 1.0
+    assert outcomes[0].advantage <= -1.0 and [o.advantage for o in outcomes[1:]] == [-1.0, -1.0]
+    assert metrics["lean/conjectures_length_penalized"] >= 2  # the two that were not copies
+  finally:
+    play.close()
+
+
+def test_strict_extraction_rejects_text_after_the_block(setup):
+  """SGS's strict extractor (lean.strict_extraction, the paper config's): a proof followed by text
+  after its closing fence is not checked; the non-strict extractor takes it."""
+  config, tokenizer, graphdef, params = setup
+  chatty = {**PROOFS, "(h₁ : y = x + 3)": [GOOD, GOOD + "\nDone.", BAD, BAD]}
+  rates = {}
+  for strict in (False, True):
+    play, _ = _play(setup, proofs=chatty)
+    play.config = play.config.copy_and_resolve_references()
+    play.config.lean.strict_extraction = strict
+    try:
+      _, metrics = _collect(play, graphdef, params, 1, jax.random.key(0))
+      rates[strict] = metrics["reward/solver"] * 3  # seed_a's solve rate (the other targets: 0)
+    finally:
+      play.close()
+  assert rates == pytest.approx({False: 0.5, True: 0.25})
+
+
+def test_one_update_lowers_a_copy_and_raises_a_novel_conjecture(setup):
+  """Issue 27 item 5: one real update of the loop (step.run_step with its update, the sampler's true
+  log-probs as PPO's old log-probs) lowers log p(copy | prompt) and raises log p(novel | prompt),
+  measured by a plain forward of the model before and after."""
+  config, tokenizer, graphdef, params = setup
+  config = config.copy_and_resolve_references()
+  config.lean.train_batch_size = 0  # all rows in one optimizer step
+  sampler = PolicySampler(tokenizer, [GOOD, GOOD, BAD, BAD])
+  play = LeanSelfPlay(config, tokenizer, sampler=sampler)
+  engine = _engine(graphdef, params, config)
+  try:
+    step_lib.run_step(play, engine, params, None, 1, jax.random.key(0), update=None)  # seed_a joins the pool
+    start, opt_state = engine.init_train_state(jax.tree.map(jnp.copy, params))
+    before = jax.tree.map(np.array, start)  # the train step donates `start`
+    result = step_lib.run_step(play, engine, start, opt_state, 2, jax.random.key(0),
+                               update=step_lib.UpdateOptions.from_config(config, tokenizer.pad_token_id))
+    copy, _, novel = [SimpleNamespace(**o) for o in result.metrics["candidates"]]
+    assert copy.jaccard == 1.0 and copy.advantage <= -1.0 and novel.in_band and novel.advantage > 0
+    assert result.metrics["train/optimizer_steps"] == 1
+    # The old log-probs are the policy's own: the first (and only) step's ratio is 1.
+    assert result.metrics["train/ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    conjectures = sampler.log[-2]  # iteration 2: the conjectures, then their proofs
+    assert conjectures.texts[0].find("copy_a") > 0 and conjectures.texts[2].find("novel_a") > 0
+    change = {}
+    for name, r in (("copy", 0), ("novel", 2)):
+      ids = conjectures.prompt_tokens[r], conjectures.tokens[r]
+      change[name] = (_sequence_logprob(graphdef, result.params, *ids) - _sequence_logprob(graphdef, before, *ids))
+    assert change["copy"] < 0 < change["novel"], change
   finally:
     play.close()

@@ -11,7 +11,8 @@ The schedule (docs/lean.md, "The loop", with sources and every difference from S
      verified proof (the one the conjecture was conditioned on) at the current params; computed for
      every eligible conjecture (valid, 0 < s < 1, seed has a proof);
   5. proposer advantages over SGS's band (0 < s <= p70 of eligible rates): floored-baseline
-     whitening (copies, reward 0, are trained down) or SGS's min-max REINFORCE;
+     whitening, and every copy of its seed (novelty 0, whatever its solve rate) trained down at
+     advantage <= -1; or SGS's min-max REINFORCE; SGS's DAPO length penalty on overlong trained ones;
      solver: REINFORCE-1/2 on verified proofs of problems with 0 < s <= 0.5, weight 0 for `try`,
      DAPO length penalty for overlong kept proofs (rl/advantages.sgs_solver_weights);
   6. the run loop trains on the rows in `train_batches` (one epoch at lean.train_batch_size rows
@@ -41,15 +42,20 @@ from compassplay_jax.rewards import novelty
 from compassplay_jax.errors import InputFormatError, InputNotFound
 from compassplay_jax.models.config import ConfigError
 from compassplay_jax.rewards.proposer_rewards import REWARD_FNS
-from compassplay_jax.rl.advantages import conjecture_band, floored_baseline_advantages, reinforce, sgs_solver_weights
-from compassplay_jax.selfplay import alignment, rollout
+from compassplay_jax.rl.advantages import (conjecture_band, floored_baseline_advantages, length_penalized, reinforce,
+                                           sgs_solver_weights)
+from compassplay_jax.selfplay import rollout
 from compassplay_jax.selfplay import step as step_lib
 from compassplay_jax.domains.coding.reference_set import resolve_path
-from compassplay_jax.selfplay.rollout import Row, reward_config
+from compassplay_jax.selfplay.rollout import Row, reward_config, truncate_prompt
+from compassplay_jax.selfplay.sequences import pack
 from compassplay_jax.verifiers.lean_acceptance import check_proofs, validate_conjecture
 from compassplay_jax.verifiers.lean_checker import check_checker_config, make_checker
 
 PROPOSER_ADVANTAGES = ("floored_baseline", "sgs_minmax")
+# The rewards with the novelty factor (1 - J): a conjecture with J = 1 to its seed (every verbatim
+# copy) scores exactly 0 under them, and "floored_baseline" trains it down (docs/lean.md §9).
+NOVELTY_REWARDS = ("compassplay_cos_novelty", "novelty_only")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,6 +137,7 @@ class LeanSelfPlay:
     self.seeds = SeedPool(names)
     self.generations = 0
     self.supplied_checked = False
+    self._reference_tokens: dict[str, int] = {}  # the step's reference sequences' lengths (rows() reports truncation)
 
   def close(self):
     self.pool.close()
@@ -175,7 +182,7 @@ class LeanSelfPlay:
     verdicts, bodies = [], []
     for i, (header, statement) in enumerate(problems):
       texts = gen.texts[i * k:(i + 1) * k]
-      found = [extraction.extract_proof_body(prefills[i] + t) for t in texts]
+      found = [extraction.extract_proof_body(prefills[i] + t, strict=self.config.lean.strict_extraction) for t in texts]
       checkable = [b for b in found if b is not None]
       results = iter(check_proofs(self.pool, header, statement, checkable) if checkable else [])
       verdicts.append([bool(b is not None and next(results).ok) for b in found])
@@ -258,13 +265,19 @@ class LeanSelfPlay:
     return step_lib.Verified(candidates, record, tokens=int(np.sum(prove_gen.lengths)) if prove_gen else 0)
 
   def references(self, plan: "LeanPlan", verified: step_lib.Verified) -> dict:
-    """Local references: each seed's verified proof (the one its conjectures were conditioned on)."""
-    max_len = config_base.reward_sequence_len(self.config)
+    """Local references: each seed's verified proof (the one its conjectures were conditioned on), as
+    the prover saw it: its prompt capped at sampling.max_prompt_tokens like the sampler caps it."""
+    cfg, tok = self.config, self.tokenizer
     needed = {c.reference for c in verified.candidates if c.reference is not None and c.valid}
-    return {name: alignment.pack_reference(
-                self.tokenizer, [self.prover_text(self.by_name[name].header, self.by_name[name].statement)],
-                [plan.references[name].completion], max_len=max_len)
-            for name in plan.seed_names if name in needed}
+    packed, self._reference_tokens = {}, {}
+    for name in plan.seed_names:
+      if name in needed:
+        target = self.by_name[name]
+        prompt = truncate_prompt(tok, self.prover_text(target.header, target.statement), cfg.sampling.max_prompt_tokens)
+        proof = tok.encode(plan.references[name].completion, add_special_tokens=False) + [tok.eos_token_id]
+        self._reference_tokens[name] = len(prompt) + len(proof)
+        packed[name] = pack([prompt], [proof], tok.pad_token_id, max_len=config_base.reward_sequence_len(cfg))
+    return packed
 
   def scoring(self) -> step_lib.ScoreOptions:
     cfg = self.config
@@ -273,8 +286,9 @@ class LeanSelfPlay:
 
   def rows(self, engine, params, plan: "LeanPlan", proposals: "LeanProposals", verified: step_lib.Verified,
            scores: step_lib.Scores, key, times):
-    """5. conjecturer rows (SGS band, floored-baseline or min-max advantages) and solver rows
-    (REINFORCE-1/2 with SGS's `try` and length rules); rows with advantage 0 are dropped."""
+    """5. conjecturer rows (SGS band, floored-baseline with copies trained down, or min-max advantages;
+    SGS's length penalty) and solver rows (REINFORCE-1/2 with SGS's `try` and length rules); rows with
+    advantage 0 are dropped."""
     cfg, l, checks = self.config, self.config.lean, verified.record
     k, n_t = l.proofs_per_problem, len(plan.targets)
     conj_gen, prove_gen, rates = proposals.gen, checks.prove_gen, checks.rates
@@ -282,10 +296,20 @@ class LeanSelfPlay:
     band = np.zeros_like(eligible)
     if eligible.any():
       band[eligible] = conjecture_band(np.asarray([o.solve_rate for o in checks.outcomes])[eligible])
+    # Copies: conjectures whose novelty factor is 0 (J = 1 to the seed), under a reward that has it.
+    copies = np.asarray([o.valid and o.jaccard >= 1.0 for o in checks.outcomes], bool)
+    if cfg.reward.name not in NOVELTY_REWARDS:
+      copies[:] = False
     if l.proposer_advantage == "floored_baseline":
-      conj_adv = floored_baseline_advantages(raw, selected=band)
+      conj_adv = floored_baseline_advantages(raw, selected=band, copies=copies)
     else:
       conj_adv = reinforce(raw, selected=band)
+      copies[:] = False
+    n_conj_long = 0
+    if l.conjecture_length_penalty and conj_gen is not None:  # SGS step2_train.py:304-310
+      penalized = length_penalized(conj_adv, band | copies, conj_gen.lengths, cfg.sampling.max_new_tokens)
+      n_conj_long = int(np.sum(penalized != conj_adv))
+      conj_adv = penalized
     rows: list[Row] = []
     outcomes = [dataclasses.replace(o, cosine=scores.cosine[r], reward=float(raw[r]), in_band=bool(band[r]),
                                     advantage=float(conj_adv[r])) for r, o in enumerate(checks.outcomes)]
@@ -311,6 +335,12 @@ class LeanSelfPlay:
 
     trained = [o for o in outcomes if o.in_band]
     cosines = [o.cosine for o in outcomes if o.cosine is not None]
+    # Reward sequences (g(x̃) of each conjecture paid by a cosine, and the g_ref they were compared
+    # with) longer than the reward length lose their completion's end: counted, so it is never silent.
+    reward_max = config_base.reward_sequence_len(cfg)
+    paid = [c for c, cos in zip(verified.candidates, scores.cosine) if cos is not None and c.solution is not None]
+    lengths = ([len(c.solution[0]) + len(c.solution[1]) for c in paid]
+               + [self._reference_tokens[n] for n in {c.reference for c in paid} if n in self._reference_tokens])
     metrics = {
         "lean/seeds_supplied": plan.supplied, "lean/targets_attempted": n_t,
         "lean/conjectures": len(outcomes), "lean/conjectures_eligible": int(eligible.sum()),
@@ -326,7 +356,9 @@ class LeanSelfPlay:
         "copy_rate": float(np.mean([o.copy for o in trained])) if trained else 0.0,
         "rename_rate": float(np.mean([o.rename for o in trained])) if trained else 0.0,
         "lean/solver_rows": int(np.count_nonzero(weights)), "lean/proofs_try_zeroed": n_try,
-        "lean/proofs_length_penalized": n_long,
+        "lean/proofs_length_penalized": n_long, "lean/conjectures_length_penalized": n_conj_long,
+        "lean/copies_trained_down": int(np.sum(copies)),
+        "lean/reward_sequences": len(lengths), "lean/reward_truncated": int(sum(n > reward_max for n in lengths)),
         "solve_rate_histogram": histogram(rates.tolist()),
         "tokens/generated": int(sum(np.sum(g.lengths) for g in (conj_gen, prove_gen) if g is not None)),
         "candidates": [o.record() for o in outcomes],

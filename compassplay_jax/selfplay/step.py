@@ -89,13 +89,15 @@ class UpdateOptions:
   max_len: int            # trained sequences: prompt + completion tokens
   token_budget: int = 0   # > 0: rows packed by length into micro-batches of this many tokens
   recompute_logprobs: bool = False  # old log-probs from the train forward (update_params)
+  fresh_optimizer: bool = False  # a new optimizer state before the step's first update (SGS's new trainer)
 
   @classmethod
   def from_config(cls, config, pad_id: int) -> "UpdateOptions":
     from compassplay_jax import config_base
     return cls(pad_id=pad_id, max_len=config_base.train_sequence_len(config),
                token_budget=config.train.micro_batch_tokens,
-               recompute_logprobs=config_base.recompute_logprobs(config))
+               recompute_logprobs=config_base.recompute_logprobs(config),
+               fresh_optimizer=bool(config.train.get("fresh_optimizer", False)))
 
 
 @dataclasses.dataclass
@@ -281,7 +283,10 @@ def update_params(engine, params, opt_state, chunks: Sequence[Sequence[Row]], ke
   reference policy of the KL term (its log-probs are computed on the engine for every batch).
   options.recompute_logprobs: the old log-probs of every chunk are the train forward's at the params
   before the first chunk's step (veRL's old_log_prob), not the sampler's: the first chunk takes its
-  own forward's (its ratio is exactly 1), later chunks are recomputed before any step."""
+  own forward's (its ratio is exactly 1), later chunks are recomputed before any step.
+  options.fresh_optimizer: the chunks start from a new optimizer state (fresh_opt_state)."""
+  if options.fresh_optimizer:
+    opt_state = fresh_opt_state(engine, params, opt_state)
   bucketed = options.token_budget > 0
   size = engine.settings.train.micro_batch_size or engine.batch_divisor
   host = [length_buckets(chunk, options.pad_id, options.token_budget, options.max_len) if bucketed
@@ -311,6 +316,14 @@ def update_params(engine, params, opt_state, chunks: Sequence[Sequence[Row]], ke
     metrics.update({f"train/per_step/{name}": [float(m[name]) for m in step_metrics]
                     for name in ("ratio_mean", "clip_frac", "approx_kl", "loss")})
   return params, opt_state, metrics
+
+
+def fresh_opt_state(engine, params, opt_state):
+  """optimizer.init(params), laid out like opt_state and written into its buffers (donated): new
+  moments, step count and schedule, as SGS builds a new trainer every iteration."""
+  reset = jax.jit(lambda p, _: engine.optimizer.init(p), donate_argnums=1, keep_unused=True,
+                  out_shardings=engine.opt_shardings(opt_state))
+  return reset(params, opt_state)
 
 
 # ---- timing -------------------------------------------------------------------------------------

@@ -41,14 +41,15 @@ def extract_conjecture(text: str) -> str | None:
 def extract_proof_body(text: str, strict: bool = False) -> str | None:
   """The model's proof body: everything after the first `:= by` of the last lean4 block.
 
-  strict=True applies SGS's `extract_proof_deepseek_v2_strict` shape rules: the
-  text starts with ```lean4, has exactly one ```lean4 and two ``` fences, and
-  declares exactly one theorem/lemma/def.
+  strict=True applies SGS's `extract_proof_deepseek_v2_strict` shape rules (sgs/utils/prompts.py:133-181,
+  the prover's extractor in SGS's runs): the stripped text starts with ```lean4 and ends with ```,
+  has exactly one ```lean4 and two ``` fences, and the substrings "theorem ", "lemma " and "def "
+  occur once in all (counted as SGS counts them: `my_lemma ` counts too).
   """
   if strict:
     stripped = text.strip()
-    declarations = len(re.findall(r"\b(?:theorem|lemma|def) ", stripped))
-    if (not stripped.startswith("```lean4") or stripped.count("```lean4") != 1
+    declarations = sum(stripped.count(word) for word in ("theorem ", "lemma ", "def "))
+    if (not stripped.startswith("```lean4") or not stripped.endswith("```") or stripped.count("```lean4") != 1
         or stripped.count("```") != 2 or declarations != 1):
       return None
   block = extract_last_lean4_block(text)

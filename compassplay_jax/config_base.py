@@ -97,6 +97,12 @@ def check_config(config) -> None:
       raise ConfigError(f"config.reward.soar_inner_lr={r.soar_inner_lr}: must be > 0 for reward.name=soar_utility")
     if r.soar_heldout_size < 0:
       raise ConfigError(f"config.reward.soar_heldout_size={r.soar_heldout_size} is negative")
+    if r.soar_signal not in ("accuracy", "nll"):
+      raise ConfigError(f"config.reward.soar_signal={r.soar_signal!r} is not one of ('accuracy', 'nll')")
+    if r.soar_inner_batch < 0:
+      raise ConfigError(f"config.reward.soar_inner_batch={r.soar_inner_batch} is negative (0 = the whole group)")
+    if r.soar_signal == "accuracy" and r.soar_answer_tokens < 1:
+      raise ConfigError(f"config.reward.soar_answer_tokens={r.soar_answer_tokens}: must be >= 1 for the accuracy signal")
 
 
 def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
@@ -164,15 +170,20 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.reward.max_completion_tokens = 1024  # candidate solution tokens used for g(x) (0 = sampling.max_new_tokens)
   # SOAR's measured reward (reward.name = soar_utility; rewards/soar.py, docs/rewards.md): valid
   # candidates in proposal order are cut into groups; per group a copy of the solver takes
-  # soar_inner_steps plain SGD steps (lr soar_inner_lr) on the group's verified tasks, and the group's
-  # reward is the drop of the held-out gold-solution NLL. Held-out: soar_heldout_size problems of
-  # soar_heldout_path ("" / 0 = reward.reference_path / reward.reference_size).
-  config.reward.soar_group_size = 8  # SOAR: batch 8 per inner step
+  # soar_inner_steps plain SGD steps (lr soar_inner_lr, soar_inner_batch rows each) on the group's
+  # verified tasks, and the group's reward is the copy's held-out gain: greedy accuracy (soar_signal
+  # "accuracy", SOAR's reward) or the drop of the gold-solution NLL ("nll"). Held-out: soar_heldout_size
+  # problems of soar_heldout_path ("" / 0 = reward.reference_path / reward.reference_size), never one
+  # of the reference set's problems.
+  config.reward.soar_signal = "accuracy"  # accuracy | nll
+  config.reward.soar_group_size = 64  # SOAR: data sets of n = 64 generated pairs
   config.reward.soar_inner_steps = 10  # SOAR: 10 inner (RLOO) steps
   config.reward.soar_inner_lr = 1e-4
   config.reward.soar_heldout_path = ""
-  config.reward.soar_heldout_size = 0
+  config.reward.soar_heldout_size = 0  # SOAR: 64 reward questions
+  config.reward.soar_inner_batch = 8  # SOAR: batch 8 per inner step (0 = the whole group every step)
 
+  config.reward.soar_answer_tokens = 1024  # accuracy: greedy tokens per held-out answer
   # rl.train_step.TrainConfig's defaults (AZR's, docs/paper_settings.md §5.3); schedule: constant | linear | cosine.
   config.train = ml_collections.ConfigDict(dataclass_fields(TrainConfig, (
       "learning_rate", "warmup_steps", "schedule", "weight_decay", "b1", "b2", "grad_clip", "clip_eps_low",

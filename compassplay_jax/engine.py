@@ -206,16 +206,17 @@ class Engine:
                      out_shardings=self.repl)
     return self._cached(("mean_loss", mb), build)
 
-  def soar_trained_heldout_loss(self, params, train: dict, heldout: dict, *, steps: int, learning_rate: float):
+  def soar_trained_heldout_loss(self, params, train: dict, heldout: dict, *, steps: int, learning_rate: float,
+                                batch_rows: int = 0):
     """SOAR's held-out loss after `steps` SGD steps of a copy of `params` on the `train` rows (a group's
-    verified tasks); placed batches with tokens / loss_mask / attention_mask. Nothing is donated:
-    the outer params are read, never written."""
+    verified tasks; batch_rows > 0: that many of them per step, rewards/soar.step_rows); placed batches
+    with tokens / loss_mask / attention_mask. Nothing is donated: the outer params are read, never written."""
     names = ("tokens", "loss_mask", "attention_mask")
-    fn = self.soar_trained_heldout_loss_jit(params, train["tokens"].shape[0], steps)
+    fn = self.soar_trained_heldout_loss_jit(params, train["tokens"].shape[0], steps, batch_rows)
     lr = np.asarray(learning_rate, np.float32)
     return fn(params, lr, *(train[k] for k in names), *(heldout[k] for k in names))
 
-  def soar_trained_heldout_loss_jit(self, params, rows: int, steps: int):
+  def soar_trained_heldout_loss_jit(self, params, rows: int, steps: int, batch_rows: int = 0):
     """The jitted `(params, learning_rate, train tokens / loss_mask / attention_mask, held-out ditto) ->
     held-out loss` for `rows` train rows."""
     mb = self.reward_micro_batch(rows)
@@ -225,7 +226,26 @@ class Engine:
           self.graphdef, p, t, lm, am, ht, hlm, ham, steps=steps, learning_rate=lr, micro_batch=mb)
       return jax.jit(fn, in_shardings=(self.param_shardings(params), self.repl) + (self.rows,) * 6,
                      out_shardings=self.repl)
-    return self._cached(("soar_trained", mb, int(steps)), build)
+    return self._cached(("soar_trained", mb, int(steps), int(batch_rows)), build)
+
+  def soar_trained_params(self, params, train: dict, *, steps: int, learning_rate: float, batch_rows: int = 0):
+    """The solver copy SOAR's accuracy signal decodes with: `params` after `steps` SGD steps on the
+    `train` rows (as soar_trained_heldout_loss), a new pytree laid out like `params`. Nothing is
+    donated: the outer params are read, never written; the copy is one more params' worth of memory."""
+    names = ("tokens", "loss_mask", "attention_mask")
+    fn = self.soar_trained_params_jit(params, train["tokens"].shape[0], steps, batch_rows)
+    return fn(params, np.asarray(learning_rate, np.float32), *(train[k] for k in names))
+
+  def soar_trained_params_jit(self, params, rows: int, steps: int, batch_rows: int = 0):
+    """The jitted `(params, learning_rate, train tokens / loss_mask / attention_mask) -> trained params`."""
+    mb = self.reward_micro_batch(rows)
+
+    def build():
+      p_sh = self.param_shardings(params)
+      fn = lambda p, lr, t, lm, am: soar_lib.inner_sgd(self.graphdef, p, t, lm, am, steps=steps, learning_rate=lr,
+                                                       micro_batch=mb, batch_rows=batch_rows)
+      return jax.jit(fn, in_shardings=(p_sh, self.repl) + (self.rows,) * 3, out_shardings=p_sh)
+    return self._cached(("soar_params", mb, int(steps), int(batch_rows)), build)
 
   def train_step(self, params, opt_state, batch, key):
     """One optimizer update on a padded batch (rows: a multiple of the train micro-batch); donates

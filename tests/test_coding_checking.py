@@ -40,6 +40,10 @@ def proposal(code, args):
     ("import typing\ndef f(a):\n  return typing.sys.maxsize", "1", "of module 'typing'"),
     ("def f(a):\n  l = [a]\n  l.append(l)\n  return l", "1", "SelfReference"),
     ("def f(a):\n  return [[a]] * 20000", "1", "TooLarge"),
+    ("def f(a):\n  return 10 ** 5000", "1", "ValueError"),
+    ("def f(a):\n  return f(a)", "1", "RecursionError"),
+    ("def f(a):\n  return type('A', (), {'_' * 2 + 'eq' + '_' * 2: lambda s, o: True})()", "1",
+     "NotPlain"),
     ("calls = []\ndef f(a):\n  calls.append(a)\n  return len(calls)", "1", "NonDeterministic"),
     ("def f(a):\n  while True:\n    pass", "1", "timeout"),
 ])

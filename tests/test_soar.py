@@ -1,10 +1,14 @@
-"""SOAR as a measured baseline reward (rewards/soar.py, selfplay/soar_measure.py, issue 16 item 3).
+"""SOAR as a measured baseline reward (rewards/soar.py, selfplay/soar_measure.py; issue 16 item 3, issue 26 item 6).
 
-The measurement against a naive oracle (a Python loop of jax.grad SGD steps on a hand-written
-per-row loss), the acceptance property on a tiny model (a group made of the held-out problems
-themselves earns more than a group of unrelated tasks; the outer params stay bitwise the same), one
-coding step with reward.name=soar_utility (scripted proposer and solver texts), and the Lean refusal.
+The NLL measurement against a naive oracle (a Python loop of jax.grad SGD steps on a hand-written
+per-row loss), inner steps on batch_rows rows at a time against the same loop over the rows it names,
+the accuracy signal against a naive computation (greedy answers by a plain argmax loop over the
+model, answers read with a regex and compared as strings), the acceptance property on a tiny model (a
+group made of the held-out problems themselves earns more than a group of unrelated tasks; the outer
+params stay bitwise the same), the held-out set kept apart from the reference set, coding steps with
+reward.name=soar_utility (scripted proposer and solver texts) for both signals, and the start-up checks.
 """
+import re
 import sys
 
 import jax
@@ -96,6 +100,28 @@ def test_improvement_equals_a_naive_sgd_loop():
                              atol=1e-5)
 
 
+def test_inner_steps_on_batch_rows_cycle_through_the_group_as_a_naive_loop_does():
+  """batch_rows = 2 over a group of 3 real rows (a padding row between them): step k trains on real rows
+  (2k, 2k + 1) mod 3, i.e. [0, 1], [2, 0], [1, 2], [0, 1]; the params equal a Python SGD loop over those."""
+  graphdef, params = _model()
+  train = _seqs(5, 3, 1, 64)
+  t = _packed(train, rows=4)
+  t = {k: np.concatenate([v[:1], v[3:4], v[1:3]]) for k, v in t.items()}  # rows: 0, padding, 1, 2
+  got = jax.jit(lambda p: soar.inner_sgd(graphdef, p, t["tokens"], t["loss_mask"], t["attention_mask"], steps=4,
+                                         learning_rate=0.3, micro_batch=2, batch_rows=2))(params)
+  want, grads = params, {}
+  for rows in ([0, 1], [2, 0], [1, 2], [0, 1]):
+    key = tuple(rows)
+    if key not in grads:
+      grads[key] = jax.jit(jax.grad(lambda q, pairs=[train[i] for i in rows]: _mean_loss(graphdef, q, pairs)))
+    want = jax.tree.map(lambda x, g: x - 0.3 * g, want, grads[key](want))
+  whole = jax.jit(lambda p: soar.inner_sgd(graphdef, p, t["tokens"], t["loss_mask"], t["attention_mask"], steps=4,
+                                           learning_rate=0.3, micro_batch=2))(params)
+  for a, b, c in zip(jax.tree.leaves(got), jax.tree.leaves(want), jax.tree.leaves(whole)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
+  assert max(float(jnp.max(jnp.abs(a - c))) for a, c in zip(jax.tree.leaves(got), jax.tree.leaves(whole))) > 1e-4
+
+
 def test_heldout_group_earns_more_than_unrelated_tasks_and_outer_params_stay():
   """The acceptance test: fixed seeds, through the engine as the loop calls it."""
   graphdef, params = _model()
@@ -117,6 +143,83 @@ def test_heldout_group_earns_more_than_unrelated_tasks_and_outer_params_stay():
     np.testing.assert_array_equal(a, b)
   # The engine's number is the oracle's.
   np.testing.assert_allclose(same, _oracle(graphdef, params, heldout, heldout, 3, 0.5), atol=1e-5)
+
+
+# ---- the accuracy signal: greedy held-out answers, checked --------------------------------------
+
+def _greedy_oracle(graphdef, tokenizer, prompts, max_new_tokens):
+  """prompt -> greedy completion text: a plain loop of full forwards over a fixed-size buffer (causal, so
+  the padding after the live tokens changes nothing), argmax of the last live position, up to an EOS."""
+  from compassplay_jax.models.tokenizer import eos_token_ids
+  eos = set(eos_token_ids(tokenizer))
+  ids_of = {p: list(tokenizer.encode(p, add_special_tokens=True)) for p in prompts}
+  width = max(len(ids) for ids in ids_of.values()) + max_new_tokens
+  forward = jax.jit(lambda q, x: nnx.merge(graphdef, q)(x, attention_mask=jnp.ones_like(x)))
+
+  def greedy(params, prompt):
+    ids, out = list(ids_of[prompt]), []
+    for _ in range(max_new_tokens):
+      buf = np.full((1, width), tokenizer.pad_token_id, np.int32)
+      buf[0, :len(ids)] = ids
+      token = int(np.argmax(np.asarray(forward(params, buf))[0, len(ids) - 1]))
+      if token in eos:
+        break
+      ids.append(token)
+      out.append(token)
+    return tokenizer.decode(out, skip_special_tokens=True)
+  return greedy
+
+
+def _boxed(text):
+  found = re.findall(r"\\boxed\{([^{}]*)\}", text)
+  return found[-1].strip() if found else None
+
+
+@pytest.mark.slow  # 100 inner steps per copy: a random tiny model needs them to answer "\\boxed{7}"
+def test_accuracy_signal_equals_greedy_answers_checked_naively():
+  """The accuracy signal end to end on a tiny model: per group, the copy engine.soar_trained_params
+  returns (kept as measure() makes it; the inner SGD itself is the NLL and batch_rows tests' subject)
+  answers the held-out problems greedily; the oracle decodes the same params with a plain argmax loop,
+  reads the last \\boxed{} with a regex and compares strings. A group that teaches the held-out prompts the answer 7 earns 1/2 (one of
+  the two golds is 7); an unrelated group earns 0."""
+  from compassplay_jax.evals.math_check import MathChecker
+  from compassplay_jax.selfplay.run import build_model
+  config = _config("coding:tiny")
+  model, tok = build_model(config)
+  graphdef, params = nnx.split(model)
+  engine = step_lib.one_device_engine(graphdef, params, config)
+  questions = (("Q: What is 3+4?\nA:", "7"), ("Q: What is 2*5?\nA:", "10"))
+  enc = lambda text: np.asarray(tok.encode(text, add_special_tokens=True), np.int32)
+  answer = lambda text: np.asarray(tok.encode(text, add_special_tokens=False) + [tok.eos_token_id], np.int32)
+  taught = [(enc(q), answer(" \\boxed{7}")) for q, _ in questions]
+  unrelated = [(enc("Name a colour.\nA:"), answer(" blue")), (enc("Say hi.\nA:"), answer(" hi"))]
+  candidates = [Candidate(group="deduction", formatted=True, valid=True, solve_rate=0.5, solution=s)
+                for s in taught + unrelated]
+  steps, lr, max_new, max_len = 100, 0.4, 8, 64
+  checker = MathChecker(num_workers=1)
+  heldout = soar_measure.HeldoutAnswers(prompts=tuple(q for q, _ in questions), answers=tuple(a for _, a in questions),
+                                        tokenizer=tok, checker=checker, max_new_tokens=max_new, batch_size=2)
+  options = SoarOptions(None, group_size=2, steps=steps, learning_rate=lr, accuracy=heldout)
+  before_params = _host(params)
+  copies, train_copy = [], engine.soar_trained_params  # keep each copy measure() decodes with
+  engine.soar_trained_params = lambda *a, **k: copies.append(train_copy(*a, **k)) or copies[-1]
+  try:
+    improvement, metrics = soar_measure.measure(engine, params, candidates, options, pad_id=tok.pad_token_id,
+                                                max_len=max_len, reward_cfg=RewardConfig())
+  finally:
+    checker.close()
+  greedy = _greedy_oracle(graphdef, tok, heldout.prompts, max_new)
+  accuracy = lambda p: float(np.mean([_boxed(greedy(p, q)) == gold for q, gold in questions]))
+  before = accuracy(params)
+  want = [accuracy(copy) - before for copy in copies]
+  assert want == [0.5, 0.0], want
+  assert metrics["soar/signal"] == "accuracy" and metrics["soar/heldout_accuracy"] == before == 0.0
+  assert metrics["soar/group_improvements"] == want and metrics["soar/distinct_values"] == 2
+  np.testing.assert_array_equal(improvement, np.float32([0.5, 0.5, 0.0, 0.0]))
+  assert metrics["soar/heldout_answers"] == 2 * 3 and metrics["soar/inner_sgd_steps"] == 2 * steps
+  assert metrics["soar/seconds"] > 0
+  for a, b in zip(before_params, _host(params)):  # the copies were trained, not the solver
+    np.testing.assert_array_equal(a, b)
 
 
 # ---- one coding step with reward.name = soar_utility -------------------------------------------
@@ -164,8 +267,9 @@ def test_coding_step_pays_each_group_its_measured_improvement():
   from compassplay_jax.selfplay.coding import CodingSelfPlay
   from compassplay_jax.selfplay.run import build_model
   from compassplay_jax.verifiers.sandbox import SandboxPool
-  config = _config("coding:tiny", **{"reward.name": "soar_utility", "reward.soar_group_size": 2,
-                                     "reward.soar_inner_steps": 2, "reward.soar_inner_lr": 0.05})
+  config = _config("coding:tiny", **{"reward.name": "soar_utility", "reward.soar_signal": "nll",
+                                     "reward.soar_group_size": 2, "reward.soar_inner_steps": 2,
+                                     "reward.soar_inner_batch": 0, "reward.soar_inner_lr": 0.05})
   config_base.check_config(config)
   model, tokenizer = build_model(config)
   graphdef, params = nnx.split(model)
@@ -174,6 +278,7 @@ def test_coding_step_pays_each_group_its_measured_improvement():
   try:
     setting = CodingSelfPlay(config, tokenizer, pool, sampler=ScriptedCoder(tokenizer))
     assert setting.reference is None and setting.soar_heldout.tokens.shape[0] == config.reward.reference_size
+    assert setting.soar_answers is None
     engine = step_lib.one_device_engine(graphdef, params, config)
     metrics = step_lib.run_step(setting, engine, params, None, 1, jax.random.key(0), update=None).metrics
   finally:
@@ -187,8 +292,46 @@ def test_coding_step_pays_each_group_its_measured_improvement():
   want = [groups[i // 2] for i in range(len(valid))]
   np.testing.assert_allclose([r["reward"] for r in valid], want, rtol=1e-6, atol=1e-7)
   assert all(abs(g) > 0 for g in groups), groups
+  assert metrics["soar/signal"] == "nll" and metrics["soar/heldout_passes"] == 3
   for a, b in zip(before_params, _host(params)):
     np.testing.assert_array_equal(a, b)
+
+
+def test_coding_step_with_the_accuracy_signal_decodes_the_heldout_set_per_group():
+  """reward.soar_signal=accuracy through a coding step: the held-out problems (outside the reference
+  set) are posed with the math evaluation's prompt and answered greedily once before and once per group."""
+  from compassplay_jax.domains.coding.reference_set import reference_problems
+  from compassplay_jax.selfplay.coding import CodingSelfPlay
+  from compassplay_jax.selfplay.run import build_model
+  from compassplay_jax.verifiers.sandbox import SandboxPool
+  config = _config("coding:tiny", **{"reward.name": "soar_utility", "reward.soar_signal": "accuracy",
+                                     "reward.soar_group_size": 2, "reward.soar_inner_steps": 2,
+                                     "reward.soar_inner_batch": 1, "reward.soar_inner_lr": 0.05,
+                                     "reward.soar_answer_tokens": 4, "eval.num_workers": 1})
+  config_base.check_config(config)
+  model, tokenizer = build_model(config)
+  graphdef, params = nnx.split(model)
+  pool = SandboxPool(num_workers=1)
+  setting = None
+  try:
+    setting = CodingSelfPlay(config, tokenizer, pool, sampler=ScriptedCoder(tokenizer))
+    answers = setting.soar_answers
+    assert setting.soar_heldout is None and len(answers.prompts) == config.reward.reference_size
+    reference = [p.problem for p in reference_problems(config.reward)]
+    assert not any(r in q for r in reference for q in answers.prompts)  # none of the reference problems
+    engine = step_lib.one_device_engine(graphdef, params, config)
+    metrics = step_lib.run_step(setting, engine, params, None, 1, jax.random.key(0), update=None).metrics
+  finally:
+    if setting is not None:
+      setting.close()
+    else:
+      pool.close()
+  assert metrics["soar/signal"] == "accuracy" and metrics["soar/groups"] == 2
+  assert metrics["soar/heldout_answers"] == len(answers.prompts) * 3 and metrics["soar/inner_sgd_steps"] == 4
+  assert metrics["time/soar"] >= metrics["soar/seconds"] > 0
+  valid = [r for r in metrics["candidates"] if r["valid"]]
+  want = [metrics["soar/group_improvements"][i // 2] for i in range(len(valid))]
+  np.testing.assert_allclose([r["reward"] for r in valid], want, atol=1e-7)
 
 
 # ---- start-up checks ----------------------------------------------------------------------------
@@ -208,6 +351,39 @@ def test_bad_soar_fields_are_refused_at_start_up(field, value):
   config = _config("coding:tiny", **{"reward.name": "soar_utility", f"reward.{field}": value})
   with pytest.raises(ConfigError, match=f"config.reward.{field}"):
     config_base.check_config(config)
+
+
+@pytest.mark.parametrize("signal", ["accuracy", "nll"])
+def test_heldout_set_never_holds_a_reference_problem(signal):
+  """math_mini has 12 problems; with 4 drawn as the reference set, the held-out set is drawn from the
+  other 8 (all of them for size 8; size 9 is a one-line error), by reward.reference_seed."""
+  from compassplay_jax.domains.coding.reference_set import load_reference_set, reference_problems
+  base = {"reward.name": "soar_utility", "reward.soar_signal": signal, "reward.reference_size": 4}
+  config = _config("coding:tiny", **base, **{"reward.soar_heldout_size": 8})
+  every = {p.problem for p in load_reference_set("builtin:math_mini", 12, 0)}
+  reference = {p.problem for p in reference_problems(config.reward)}
+  held = soar_measure.heldout_problems(config.reward)
+  assert len(reference) == 4 and {p.problem for p in held} == every - reference
+  assert all(p.answer and p.answer in p.solution for p in held)  # the last \boxed{} of the gold solution
+  small = soar_measure.heldout_problems(_config("coding:tiny", **base).reward)  # size 0 = reference_size
+  assert len(small) == 4 and not {p.problem for p in small} & reference
+  other_seed = _config("coding:tiny", **base, **{"reward.reference_seed": 3}).reward
+  assert not {p.problem for p in soar_measure.heldout_problems(other_seed)} & {
+      p.problem for p in reference_problems(other_seed)}
+  with pytest.raises(Exception) as e:
+    soar_measure.heldout_problems(_config("coding:tiny", **base, **{"reward.soar_heldout_size": 9}).reward)
+  line = user_error_line(e.value)
+  assert "\n" not in line and "asked for 9 SOAR held-out problems" in line and "the file has 8" in line
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("soar_signal", "loss", "is not one of ('accuracy', 'nll')"), ("soar_inner_batch", -1, "is negative"),
+    ("soar_answer_tokens", 0, "must be >= 1")])
+def test_bad_new_soar_fields_are_refused_at_start_up(field, value, message):
+  config = _config("coding:tiny", **{"reward.name": "soar_utility", f"reward.{field}": value})
+  with pytest.raises(ConfigError, match=f"config.reward.{field}") as e:
+    config_base.check_config(config)
+  assert message in str(e.value)
 
 
 def test_missing_heldout_file_is_refused_at_start_up():

@@ -77,10 +77,11 @@ def soar_utility(*, heldout_improvement=None, **_):
   The reward itself is a pure function; its input is measured by the loop (selfplay/soar_measure.py
   with rewards/soar.py): candidates are cut into groups of reward.soar_group_size, a copy of the
   solver takes reward.soar_inner_steps SGD steps on each group's verified tasks, and
-  heldout_improvement[i] = L_H(before) - L_H(after) for the group of candidate i, L_H the mean
-  negative log-likelihood of the held-out gold solutions. Every candidate in a group gets the same
-  value. (SOAR itself measures the greedy held-out accuracy gain after 10 RLOO steps, averaged over
-  several student runs; docs/rewards.md lists the differences.)
+  heldout_improvement[i] is that copy's gain on held-out problems for the group of candidate i:
+  greedy accuracy after minus before (reward.soar_signal = "accuracy", SOAR's reward) or L_H(before) -
+  L_H(after), L_H the held-out gold solutions' mean NLL ("nll"). Every candidate in a group gets the
+  same value. (SOAR trains its copies with RLOO and averages several student runs; docs/rewards.md
+  lists the differences.)
   """
   return _f32(heldout_improvement, "heldout_improvement")
 

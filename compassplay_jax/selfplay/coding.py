@@ -37,7 +37,7 @@ from compassplay_jax.rewards.proposer_rewards import uses_cosine
 from compassplay_jax.selfplay import alignment, coding_metrics, compact_prompts, local_reference, rollout, sequences
 from compassplay_jax.selfplay import soar_measure
 from compassplay_jax.selfplay import step as step_lib
-from compassplay_jax.domains.coding.reference_set import load_reference_set, reference_problems
+from compassplay_jax.domains.coding.reference_set import reference_problems
 from compassplay_jax.selfplay.rollout import Row, reward_config, split_key
 
 BUILTIN = "builtin:"
@@ -106,10 +106,8 @@ def validate_config(config) -> None:
 
 
 def _soar_heldout_set(config):
-  """SOAR's held-out problems: reward.soar_heldout_path / _size, defaulting to the reference set's."""
-  r = config.reward
-  return load_reference_set(r.soar_heldout_path or r.reference_path, r.soar_heldout_size or r.reference_size,
-                            r.reference_seed)
+  """SOAR's held-out problems, disjoint from the reference set (soar_measure.heldout_problems)."""
+  return soar_measure.heldout_problems(config.reward)
 
 
 class CodingSelfPlay:
@@ -141,12 +139,23 @@ class CodingSelfPlay:
       self.reference = alignment.pack_reference(
           tokenizer, [render(tokenizer, p.problem, self.style) for p in problems],
           [p.solution for p in problems], max_len=config_base.reward_sequence_len(config))
-    self.soar_heldout = None
-    if config.reward.name == soar_measure.NAME:  # SOAR's held-out set: gold solutions, loss on them
+    self.soar_heldout = self.soar_answers = None
+    if config.reward.name == soar_measure.NAME:  # SOAR's held-out set (docs/rewards.md, soar_utility)
       problems = _soar_heldout_set(config)
-      self.soar_heldout = alignment.pack_reference(
-          tokenizer, [render(tokenizer, p.problem, self.style) for p in problems],
-          [p.solution for p in problems], max_len=config_base.reward_sequence_len(config))
+      if config.reward.soar_signal == "accuracy":  # greedy answers, checked by math-verify in workers
+        from compassplay_jax.evals import benchmarks, math_check, prompts as eval_prompts
+        self.soar_answers = soar_measure.HeldoutAnswers(
+            prompts=tuple(eval_prompts.build_prompt(
+                benchmarks.EvalItem("soar_heldout", str(i), "math", question=p.problem, answer=p.answer),
+                config.eval.prompt_style, tokenizer) for i, p in enumerate(problems)),
+            answers=tuple(p.answer for p in problems), tokenizer=tokenizer,
+            checker=math_check.MathChecker(num_workers=config.eval.num_workers or None,
+                                           timeout_s=config.eval.math_timeout_s),
+            max_new_tokens=config.reward.soar_answer_tokens, batch_size=config.eval.batch_size)
+      else:  # gold solutions, loss on them
+        self.soar_heldout = alignment.pack_reference(
+            tokenizer, [render(tokenizer, p.problem, self.style) for p in problems],
+            [p.solution for p in problems], max_len=config_base.reward_sequence_len(config))
 
   def close(self):
     self.pool.close()
@@ -157,6 +166,8 @@ class CodingSelfPlay:
     return {t: [[_task_to_json(task), step] for task, step in b.entries()] for t, b in self.buffers.items()}
 
   def load_state_dict(self, state: dict[str, Any]) -> None:
+    if self.soar_answers is not None:
+      self.soar_answers.checker.close()
     for t, items in state.items():
       buf = buffers_lib.TaskBuffer(t, self.config.coding.buffer_cap)
       for task, step in items:
@@ -356,7 +367,9 @@ class CodingSelfPlay:
   def scoring(self) -> step_lib.ScoreOptions:
     r = self.config.reward
     soar = (step_lib.SoarOptions(self.soar_heldout, group_size=r.soar_group_size, steps=r.soar_inner_steps,
-                                 learning_rate=r.soar_inner_lr) if self.soar_heldout is not None else None)
+                                 learning_rate=r.soar_inner_lr, batch_rows=r.soar_inner_batch,
+                                 accuracy=self.soar_answers)
+            if r.name == soar_measure.NAME else None)
     return step_lib.ScoreOptions(
         reward_name=r.name, reward_cfg=reward_config(r), pad_id=self.tokenizer.pad_token_id,
         max_len=config_base.reward_sequence_len(self.config), buckets=sequences.TRAIN_BUCKETS,

@@ -59,6 +59,8 @@ class SoarOptions:
   steps: int
   learning_rate: float
 
+  batch_rows: int = 0             # rows per inner SGD step (0: the whole group)
+  accuracy: Any = None            # soar_measure.HeldoutAnswers: the accuracy signal (None: NLL)
 
 @dataclasses.dataclass(frozen=True)
 class ScoreOptions:

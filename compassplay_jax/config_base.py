@@ -178,12 +178,12 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.reward.soar_signal = "accuracy"  # accuracy | nll
   config.reward.soar_group_size = 64  # SOAR: data sets of n = 64 generated pairs
   config.reward.soar_inner_steps = 10  # SOAR: 10 inner (RLOO) steps
+  config.reward.soar_inner_batch = 8  # SOAR: batch 8 per inner step (0 = the whole group every step)
   config.reward.soar_inner_lr = 1e-4
+  config.reward.soar_answer_tokens = 1024  # accuracy: greedy tokens per held-out answer
   config.reward.soar_heldout_path = ""
   config.reward.soar_heldout_size = 0  # SOAR: 64 reward questions
-  config.reward.soar_inner_batch = 8  # SOAR: batch 8 per inner step (0 = the whole group every step)
 
-  config.reward.soar_answer_tokens = 1024  # accuracy: greedy tokens per held-out answer
   # rl.train_step.TrainConfig's defaults (AZR's, docs/paper_settings.md §5.3); schedule: constant | linear | cosine.
   config.train = ml_collections.ConfigDict(dataclass_fields(TrainConfig, (
       "learning_rate", "warmup_steps", "schedule", "weight_decay", "b1", "b2", "grad_clip", "clip_eps_low",

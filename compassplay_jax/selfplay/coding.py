@@ -159,6 +159,8 @@ class CodingSelfPlay:
 
   def close(self):
     self.pool.close()
+    if self.soar_answers is not None:
+      self.soar_answers.checker.close()
 
   # ---- state for checkpoints -----------------------------------------------------------------
 
@@ -166,8 +168,6 @@ class CodingSelfPlay:
     return {t: [[_task_to_json(task), step] for task, step in b.entries()] for t, b in self.buffers.items()}
 
   def load_state_dict(self, state: dict[str, Any]) -> None:
-    if self.soar_answers is not None:
-      self.soar_answers.checker.close()
     for t, items in state.items():
       buf = buffers_lib.TaskBuffer(t, self.config.coding.buffer_cap)
       for task, step in items:

@@ -223,7 +223,8 @@ class Engine:
 
     def build():
       fn = lambda p, lr, t, lm, am, ht, hlm, ham: soar_lib.trained_heldout_loss(
-          self.graphdef, p, t, lm, am, ht, hlm, ham, steps=steps, learning_rate=lr, micro_batch=mb)
+          self.graphdef, p, t, lm, am, ht, hlm, ham, steps=steps, learning_rate=lr, micro_batch=mb,
+          batch_rows=batch_rows)
       return jax.jit(fn, in_shardings=(self.param_shardings(params), self.repl) + (self.rows,) * 6,
                      out_shardings=self.repl)
     return self._cached(("soar_trained", mb, int(steps), int(batch_rows)), build)

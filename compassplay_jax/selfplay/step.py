@@ -54,13 +54,13 @@ class Verified:
 @dataclasses.dataclass(frozen=True)
 class SoarOptions:
   """SOAR's measurement (reward soar_utility; selfplay/soar_measure.py)."""
-  heldout: PackedBatch
+  heldout: PackedBatch | None     # held-out gold solutions (the NLL signal)
   group_size: int
   steps: int
   learning_rate: float
-
   batch_rows: int = 0             # rows per inner SGD step (0: the whole group)
   accuracy: Any = None            # soar_measure.HeldoutAnswers: the accuracy signal (None: NLL)
+
 
 @dataclasses.dataclass(frozen=True)
 class ScoreOptions:

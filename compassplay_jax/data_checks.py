@@ -31,7 +31,7 @@ def needed_files(config) -> list[tuple[str, str]]:
 
   if config.setting == "coding":
     add("coding.seed_dir", config.coding.seed_dir, expand_dir=True)
-    if uses_cosine(config.reward.name) and config.reward.get("reference", "external") == "external":
+    if uses_cosine(config.reward.name) and config.reward.reference == "external":
       add("reward.reference_path", config.reward.reference_path)
   if config.setting == "lean":
     add("lean.targets_path", config.lean.targets_path)
@@ -46,7 +46,7 @@ def needed_files(config) -> list[tuple[str, str]]:
 
 def missing_files(config) -> list[tuple[str, pathlib.Path, str]]:
   """(config field, file, fetch set name) for each needed file that is absent."""
-  directory = data_dir(config.get("data_dir", ""))
+  directory = data_dir(config.data_dir)
   out, seen = [], set()
   for field, rel in needed_files(config):
     path = directory / rel
@@ -63,7 +63,7 @@ def check_config(config) -> None:
   missing = missing_files(config)
   if not missing:
     return
-  directory = data_dir(config.get("data_dir", ""))
+  directory = data_dir(config.data_dir)
   parts = [f"{path.relative_to(directory)} ({field}; {fetch_command([name], directory) if name else 'no fetch source'})"
            for field, path, name in missing]
   names = [name for _, _, name in missing if name]
@@ -76,7 +76,7 @@ def check_hashes(config, log=print) -> list[str]:
   for a converted file, from what the fetch recorded in MANIFEST.json), with the expected and the actual
   value. Returns the files that could not be checked (neither pinned nor fetched here), after logging
   one line about them."""
-  directory = data_dir(config.get("data_dir", ""))
+  directory = data_dir(config.data_dir)
   manifest = fetch.read_manifest(directory)
   bad, unchecked = [], []
   for rel in dict.fromkeys(rel for _, rel in needed_files(config)):
@@ -99,7 +99,7 @@ def prepare_config(config) -> None:
   data directory."""
   check_config(config)
   check_hashes(config)
-  directory = data_dir(config.get("data_dir", ""))
+  directory = data_dir(config.data_dir)
   for block, field in (("coding", "seed_dir"), ("reward", "reference_path"), ("lean", "targets_path")):
     value = config[block][field]
     if is_data_path(value):

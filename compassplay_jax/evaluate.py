@@ -36,7 +36,7 @@ def _load_generate_fn(config, checkpoint: str):
   """
   from flax import nnx
   from compassplay_jax.model_setup import build_model, restore_params
-  model_config = config.get("model") or {}
+  config = complete_config(config)
   path = pathlib.Path(checkpoint)
   if checkpoint == "tiny":
     model, tokenizer = build_model(_with_model_path(config, "tiny"))
@@ -49,9 +49,8 @@ def _load_generate_fn(config, checkpoint: str):
     params = restore_params(path.parent, int(path.name), params)
   else:
     from compassplay_jax import load_model
-    model, tokenizer = load_model(checkpoint, dtype=model_config.get("dtype"))
+    model, tokenizer = load_model(checkpoint, dtype=config.model.dtype)
     graphdef, params = nnx.split(model)
-  eval_cfg = config.get("eval") or {}
   # Greedy generation through a device engine (the run loop's path), on every local device.
   from compassplay_jax import sharding as sh
   from compassplay_jax.engine import Engine, EngineSettings
@@ -59,18 +58,23 @@ def _load_generate_fn(config, checkpoint: str):
   params = engine.place_params(params)
 
   def generate_fn(prompts):
-    return engine.greedy_texts(params, tokenizer, prompts, int(eval_cfg.get("max_new_tokens", 512)),
-                               int(eval_cfg.get("batch_size", 32)))
+    return engine.greedy_texts(params, tokenizer, prompts, config.eval.max_new_tokens, config.eval.batch_size)
 
   return generate_fn, tokenizer
 
 
-def _with_model_path(config, path):
-  """A copy of config whose model.path is `path` (a base model block is added if missing)."""
+def complete_config(config):
+  """`config` with every field evaluation reads: config_base's defaults (their one source) under the
+  fields `config` sets (a run's config, or a partial one holding only an eval block)."""
   from compassplay_jax import config_base
   out = config_base.base_config("coding", "eval")
-  if config.get("model") is not None:
-    out.model.update(dict(config.model))
+  out.update(config)
+  return out
+
+
+def _with_model_path(config, path):
+  """A copy of config whose model.path is `path`."""
+  out = complete_config(config)
   out.model.path = path
   return out
 
@@ -84,16 +88,16 @@ def step_from_path(checkpoint: str) -> int:
 
 
 def eval_workdir(config, override: str = "") -> str:
-  eval_cfg = config.get("eval", {})
-  return override or eval_cfg.get("workdir", "") or config.get("workdir", "")
+  config = complete_config(config)
+  return override or config.eval.workdir or config.workdir
 
 
 def run(config, checkpoints: list[str], benchmarks: str = "", workdir: str = "", step=None,
         load_generate_fn=_load_generate_fn) -> pathlib.Path | None:
   """Evaluates each checkpoint, then writes <workdir>/eval/history.png; returns the plot path."""
-  eval_config = harness.default_eval_config().to_dict()
-  eval_config.update(dict(config.get("eval", {})))
-  if not eval_config["data_dir"] and config.get("data_dir"):  # "" = the run's data directory (docs/data.md)
+  config = complete_config(config)
+  eval_config = config.eval.to_dict()
+  if not eval_config["data_dir"] and config.data_dir:  # "" = the run's data directory (docs/data.md)
     from compassplay_jax.data import paths
     eval_config["data_dir"] = str(paths.data_dir(config.data_dir))
   if benchmarks:

@@ -48,7 +48,7 @@ def build_model(config, mesh=None):
                       intermediate_size=2 * m.tiny_hidden_size, num_hidden_layers=m.tiny_layers,
                       num_attention_heads=m.tiny_heads, num_key_value_heads=m.tiny_kv_heads, tie_word_embeddings=True,
                       dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat,
-                      attention_query_chunk=m.get("attention_query_chunk", 0), scan_layers=m.get("scan_layers", False))
+                      attention_query_chunk=m.attention_query_chunk, scan_layers=m.scan_layers)
     return init_decoder(cfg, seed=config.seed), tokenizer
   model, tokenizer = load_model(m.path, dtype=m.dtype, param_dtype=m.param_dtype)
   _apply_model_knobs(model, m)
@@ -61,9 +61,9 @@ def _apply_model_knobs(model, m) -> None:
   changes = {}
   if m.remat:
     changes["remat"] = True
-  if m.get("attention_query_chunk", 0):
+  if m.attention_query_chunk:
     changes["attention_query_chunk"] = int(m.attention_query_chunk)
-  if m.get("scan_layers", False):
+  if m.scan_layers:
     changes["scan_layers"] = True
   if changes:
     model.config = model.config.replace(**changes)

@@ -74,15 +74,19 @@ def _mean_loss(graphdef, params, pairs):
   return sum(_row_loss(graphdef, params, p, c) for p, c in pairs) / len(pairs)
 
 
-def _oracle(graphdef, params, train, heldout, steps, lr):
-  """A Python loop of `steps` SGD steps (jax.grad of the hand-written loss; jitted only for speed)."""
+def _oracle(graphdef, params, train, heldout, steps, lr, batch_rows=0):
+  """A Python loop of `steps` SGD steps (jax.grad of the hand-written loss; jitted only for speed);
+  batch_rows > 0: step k on rows (k·b + j) mod n, j < b."""
   held = jax.jit(lambda q: _mean_loss(graphdef, q, heldout))
-  grad = jax.jit(jax.grad(lambda q: _mean_loss(graphdef, q, train)))
+  grads = {}
   before = float(held(params))
   p = params
-  for _ in range(steps):
-    g = grad(p)
-    p = jax.tree.map(lambda x, gx: x - lr * gx, p, g)
+  for k in range(steps):
+    rows = tuple((k * batch_rows + j) % len(train) for j in range(batch_rows)) if batch_rows else tuple(
+        range(len(train)))
+    if rows not in grads:
+      grads[rows] = jax.jit(jax.grad(lambda q, pairs=[train[i] for i in rows]: _mean_loss(graphdef, q, pairs)))
+    p = jax.tree.map(lambda x, gx: x - lr * gx, p, grads[rows](p))
   return before - float(held(p))
 
 
@@ -120,6 +124,11 @@ def test_inner_steps_on_batch_rows_cycle_through_the_group_as_a_naive_loop_does(
   for a, b, c in zip(jax.tree.leaves(got), jax.tree.leaves(want), jax.tree.leaves(whole)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
   assert max(float(jnp.max(jnp.abs(a - c))) for a, c in zip(jax.tree.leaves(got), jax.tree.leaves(whole))) > 1e-4
+  # The engine's copy (what the accuracy signal decodes with) is the same function's.
+  engine = Engine.build(graphdef, params, sh.make_mesh((1, 1, 1), jax.devices()[:1]), EngineSettings())
+  copy = engine.soar_trained_params(params, engine.put_batch(t), steps=4, learning_rate=0.3, batch_rows=2)
+  for a, b in zip(jax.tree.leaves(copy), jax.tree.leaves(got)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
 
 
 def test_heldout_group_earns_more_than_unrelated_tasks_and_outer_params_stay():
@@ -143,6 +152,12 @@ def test_heldout_group_earns_more_than_unrelated_tasks_and_outer_params_stay():
     np.testing.assert_array_equal(a, b)
   # The engine's number is the oracle's.
   np.testing.assert_allclose(same, _oracle(graphdef, params, heldout, heldout, 3, 0.5), atol=1e-5)
+  # Inner steps of 3 of the 4 rows (rows 0-2, 3-1, 2-0), through the engine too.
+  batched = SoarOptions(held, group_size=4, steps=3, learning_rate=0.5, batch_rows=3)
+  _, m = soar_measure.measure(engine, params, candidates[:4], batched, pad_id=PAD, max_len=64, reward_cfg=RewardConfig())
+  want = _oracle(graphdef, params, heldout, heldout, 3, 0.5, batch_rows=3)
+  np.testing.assert_allclose(m["soar/group_improvements"], [want], atol=1e-5)
+  assert abs(want - same) > 1e-4
 
 
 # ---- the accuracy signal: greedy held-out answers, checked --------------------------------------

@@ -76,11 +76,16 @@ class PolicySampler(ScriptedSampler):
   """The script's texts with the policy's own log-probs of their tokens at the params it is given
   (engine.logprobs: the train step's log-probs at the sampling temperature, what rollout.sample
   reports for tokens it samples), so the update's first PPO ratio is exactly 1. ScriptedSampler's
-  log-probs are 0, and under PPO's clip a row with ratio exp(log p - 0) < 0.8 and A < 0 has no gradient."""
+  log-probs are 0, and under PPO's clip a row with ratio exp(log p - 0) < 0.8 and A < 0 has no gradient.
+  `active` False: the script's zeros (an iteration without an update needs no log-probs)."""
+
+  active = True
 
   def __call__(self, engine, params, tokenizer, prompts, config, key, *, n_samples=1, **kwargs):
     result = super().__call__(engine, params, tokenizer, prompts, config, key, n_samples=n_samples, **kwargs)
-    packed = pack(result.prompt_tokens, result.tokens, tokenizer.pad_token_id, row_multiple=32)
+    if not self.active:
+      return result
+    packed = pack(result.prompt_tokens, result.tokens, tokenizer.pad_token_id, row_multiple=8)
     lp = np.asarray(engine.logprobs(params, jnp.asarray(packed.tokens), jnp.asarray(packed.attention_mask)))
     result.logprobs = [lp[r, len(p):len(p) + len(c)] for r, (p, c) in enumerate(zip(result.prompt_tokens,
                                                                                      result.tokens))]
@@ -354,7 +359,9 @@ def test_one_update_lowers_a_copy_and_raises_a_novel_conjecture(setup):
   play = LeanSelfPlay(config, tokenizer, sampler=sampler)
   engine = _engine(graphdef, params, config)
   try:
+    sampler.active = False
     step_lib.run_step(play, engine, params, None, 1, jax.random.key(0), update=None)  # seed_a joins the pool
+    sampler.active = True
     start, opt_state = engine.init_train_state(jax.tree.map(jnp.copy, params))
     before = jax.tree.map(np.array, start)  # the train step donates `start`
     result = step_lib.run_step(play, engine, start, opt_state, 2, jax.random.key(0),

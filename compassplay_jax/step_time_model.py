@@ -1,0 +1,327 @@
+"""Step-time model of the paper configs: decode schedules, per-step call counts, hardware, seconds.
+
+Pure functions, no jax: experiments/step_time.py supplies the per-call FLOPs and bytes (XLA's cost
+analysis of the engine's functions) and prints the tables (docs/sharding.md, "Step time of the
+paper configs").
+
+* Decode schedules. A row of L tokens occupies L - 1 decode steps: its first token comes from the
+  prefill (sampling/decode.prefill; the continuous engine counts slot steps the same way).
+  `static_decode_steps`: what sampling.engine.StaticEngine does, micro-batches of `rows` requests
+  decoded one after another, each until its longest row ends. `continuous_decode_steps`: continuous
+  batching with `slots` slots in arrival order, each finished row's slot taking the next request
+  (sampling/continuous.py with refill_threshold 1 and order "arrival").
+* Call counts of one step (`coding_step_plan`, `lean_iteration_plan`): derived from a run config as
+  selfplay/coding.py, selfplay/lean.py, selfplay/step.py and selfplay/alignment.py batch their
+  device calls, with the outcome rates that no config holds (valid proposals, solved targets, ...)
+  as stated assumptions.
+* `seconds(...)`: a call's time on a device from its per-device FLOPs, HBM bytes and interconnect
+  bytes: max(FLOPs / (peak x eff), bytes / (bandwidth x eff), link bytes / (link x eff)).
+"""
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+from typing import Sequence
+
+import numpy as np
+
+
+# ---- decode schedules ---------------------------------------------------------------------------
+
+def _steps(length: int) -> int:
+  if length < 1:
+    raise ValueError(f"a generated row has at least one token, got length {length}")
+  return int(length) - 1
+
+
+def static_decode_steps(lengths: Sequence[int], rows: int) -> int:
+  """Decode steps of the static schedule: requests in the given order cut into micro-batches of
+  `rows`, each decoded until its longest row ends, one micro-batch after another."""
+  if rows < 1:
+    raise ValueError(f"rows={rows} is less than 1")
+  lengths = [int(x) for x in lengths]
+  return sum(max(_steps(x) for x in lengths[i:i + rows]) for i in range(0, len(lengths), rows))
+
+
+def continuous_decode_steps(lengths: Sequence[int], slots: int) -> int:
+  """Decode steps of continuous batching with `slots` slots: requests enter in the given order, each
+  into the first slot that frees (all slots free at step 0); the count is the step at which the
+  last row ends."""
+  if slots < 1:
+    raise ValueError(f"slots={slots} is less than 1")
+  free_at = [0] * slots  # a min-heap of the steps at which each slot frees
+  end = 0
+  for x in lengths:
+    start = heapq.heappop(free_at)
+    finish = start + _steps(x)
+    end = max(end, finish)
+    heapq.heappush(free_at, finish)
+  return end
+
+
+def lognormal_lengths(n: int, mean: float, sigma: float, cap: int, rng: np.random.Generator) -> np.ndarray:
+  """n response lengths from a log-normal whose uncapped mean is `mean` (median mean * exp(-sigma^2/2)),
+  rounded, at least 1 token and at most `cap` (the sampler's max_new_tokens)."""
+  if mean <= 1 or sigma < 0 or cap < 1:
+    raise ValueError(f"length distribution: mean={mean} must exceed 1, sigma={sigma} >= 0, cap={cap} >= 1")
+  mu = math.log(mean) - sigma ** 2 / 2
+  return np.clip(np.rint(rng.lognormal(mu, sigma, size=n)), 1, cap).astype(np.int64)
+
+
+# ---- hardware -------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Hardware:
+  """One accelerator of a slice: its published peak and bandwidths, and where they are published."""
+  name: str
+  peak_flops: float      # dense bf16 FLOP/s
+  hbm_bytes_s: float     # HBM bandwidth, bytes/s
+  link_bytes_s: float    # inter-chip bandwidth per chip, one direction, bytes/s
+  source: str
+
+
+HARDWARE = {
+    # cloud.google.com/tpu/docs/v5p: "Peak compute per chip (bf16) 459 TFLOPs", "HBM2e capacity and
+    # bandwidth 95GB, 2765 GBps", "Interchip Interconnect BW 4800 Gbps" (= 600 GB/s).
+    "v5p": Hardware("TPU v5p", 459e12, 2765e9, 600e9,
+                    "cloud.google.com/tpu/docs/v5p: 459 TFLOP/s bf16, 2765 GB/s HBM2e, ICI 4800 Gbps"),
+    # NVIDIA's H100 datasheet (nvidia.com/en-us/data-center/h100): BF16 Tensor Core 1,979 TFLOPS "with
+    # sparsity" (989 dense), GPU memory bandwidth 3.35 TB/s, NVLink 900 GB/s (both directions).
+    "h100": Hardware("H100 SXM", 989e12, 3350e9, 450e9,
+                     "NVIDIA H100 datasheet: 1979 TFLOP/s bf16 with sparsity = 989 dense, 3.35 TB/s HBM3, "
+                     "NVLink 900 GB/s bidirectional"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Efficiency:
+  """Fractions of the published peaks a program reaches (stated assumptions, not measurements)."""
+  flops: float = 0.4   # of peak FLOP/s for matmul-bound passes (MFU)
+  hbm: float = 0.65    # of HBM bandwidth
+  link: float = 0.5    # of the inter-chip bandwidth for collectives
+
+  def __post_init__(self):
+    for name in ("flops", "hbm", "link"):
+      value = getattr(self, name)
+      if not 0 < value <= 1:
+        raise ValueError(f"efficiency {name}={value} is not in (0, 1]")
+
+
+def seconds(flops: float, hbm_bytes: float, link_bytes: float, hw: Hardware, eff: Efficiency) -> float:
+  """One call's time on one device from its per-device figures: the slowest of compute, HBM traffic
+  and collective traffic (they overlap at best)."""
+  return max(flops / (hw.peak_flops * eff.flops), hbm_bytes / (hw.hbm_bytes_s * eff.hbm),
+             link_bytes / (hw.link_bytes_s * eff.link))
+
+
+def bound(flops: float, hbm_bytes: float, link_bytes: float, hw: Hardware, eff: Efficiency) -> str:
+  """Which of the three terms of `seconds` decides it: "compute", "HBM" or "link"."""
+  terms = {"compute": flops / (hw.peak_flops * eff.flops), "HBM": hbm_bytes / (hw.hbm_bytes_s * eff.hbm),
+           "link": link_bytes / (hw.link_bytes_s * eff.link)}
+  return max(terms, key=terms.get)
+
+
+# ---- what one step calls --------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class GenerateCall:
+  """One rollout-engine `generate` call: `prompts` requests, `samples` rows each."""
+  label: str
+  prompts: int
+  samples: int
+
+  @property
+  def rows(self) -> int:
+    return self.prompts * self.samples
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckBatch:
+  """Verifier jobs as the loop submits them: `groups` groups one after another, each of
+  `jobs_per_group` jobs spread over at most `workers` processes."""
+  label: str
+  groups: int
+  jobs_per_group: int
+  workers: int
+
+  @property
+  def jobs(self) -> int:
+    return self.groups * self.jobs_per_group
+
+
+@dataclasses.dataclass(frozen=True)
+class StepPlan:
+  """Device calls and host jobs of one step. Unit calls are of one fixed-shape program each: a g_ref
+  or cosine micro-batch, a train micro-batch (the train step scans its micro-batches)."""
+  setting: str
+  generate: tuple[GenerateCall, ...]
+  checks: tuple[CheckBatch, ...]  # verifier jobs (sandbox programs / Lean proofs), in order
+  g_ref_passes: int           # g_ref micro-batches (forward + backward)
+  g_ref_rows: int             # rows per g_ref micro-batch
+  cosine_passes: int          # fused-cosine micro-batches
+  cosine_rows: int
+  train_micro_batches: int
+  train_rows: int             # rows per train micro-batch
+  optimizer_steps: int
+  logprob_passes: int = 0     # train micro-batches whose old log-probs are recomputed by a forward pass
+  notes: tuple[str, ...] = ()
+
+  @property
+  def prompts(self) -> int:
+    return sum(c.prompts for c in self.generate)
+
+  @property
+  def sequences(self) -> int:
+    return sum(c.rows for c in self.generate)
+
+
+def _round_up(n: int, multiple: int) -> int:
+  return -(-n // multiple) * multiple
+
+
+def _recomputes(config) -> bool:
+  """config_base.recompute_logprobs: old log-probs from a training forward ("auto": compute dtype not fp32)."""
+  value = config.train.get("recompute_logprobs", "off")
+  return config.model.dtype != "float32" if value == "auto" else value == "on"
+
+
+def _update_counts(config, chunks: Sequence[int], micro: int) -> tuple[int, int]:
+  """(train micro-batches, recomputed log-prob passes) of optimizer steps over `chunks` rows each
+  (step.update_params: each chunk padded to the micro-batch; with train.recompute_logprobs every chunk
+  after the first gets a forward pass per micro-batch first, the first uses its own forward)."""
+  per_chunk = [-(-n // micro) for n in chunks]
+  return sum(per_chunk), (sum(per_chunk[1:]) if _recomputes(config) else 0)
+
+
+def reward_micro_batch(config_micro_batch: int, rows: int, batch_divisor: int) -> int:
+  """Rows per g_ref / cosine micro-batch for a call of `rows` rows: engine.Engine.reward_micro_batch
+  (the config's micro-batch, rounded up to the mesh, at most the call's rows rounded up to it)."""
+  return min(_round_up(config_micro_batch, batch_divisor), _round_up(rows, batch_divisor))
+
+
+def coding_step_plan(config, batch_divisor: int, *, valid_fraction: float = 1.0, host_workers: int = 64) -> StepPlan:
+  """The device calls of one coding step (selfplay/coding.py), all proposals valid at fraction 1.
+
+  generate: the proposals in one call per decoding mode (coding.CodingSelfPlay._propose_all: the
+  types that share a scaffold and prefix share a call; a scaffold decodes two segments), the solve-rate
+  samples of the valid proposals in one call, the solver rollouts in one call. Checks: proposals are
+  validated one after another (CodingSelfPlay.verify calls validation.validate_proposal per
+  proposal), one job each; the solve-rate samples and the rollouts each in one pool batch
+  (checking.check_many), one job per sample. Reward (step.score with the external
+  reference): g_ref over reward.reference_size rows; cosines of every valid candidate
+  (report_cosine), micro-batches padded to the reward micro-batch (fixed_rows). Update: one row per
+  proposal and per rollout, in train.ppo_mini_batches optimizer steps (coding.ppo_mini_batches; AZR: 1).
+  """
+  c = config.coding
+  types = [t.strip() for t in c.task_types.split(",") if t.strip()]
+  modes: dict[tuple, list[str]] = {}
+  for t in types:
+    scaffolded = bool(c.input_scaffold) and t != "induction"
+    modes.setdefault((scaffolded, scaffolded or t != "induction"), []).append(t)
+  generate = []
+  for (scaffolded, _), group in modes.items():
+    prompts = c.proposals_per_type * len(group)
+    for segment in (("program", "input") if scaffolded else ("",)):
+      generate.append(GenerateCall(f"proposals ({'/'.join(group)}{', ' + segment if segment else ''})", prompts, 1))
+  proposals = c.proposals_per_type * len(types)
+  valid = int(round(valid_fraction * proposals))
+  if valid:
+    generate.append(GenerateCall("solve-rate samples", valid, c.solve_samples))
+  rollouts = c.solver_tasks_per_type * len(types)
+  generate.append(GenerateCall("solver rollouts", rollouts, 1))
+  r = config.reward
+  uses_cos = r.name in ("compassplay_cos", "compassplay_cos_novelty") and valid > 0
+  g_mb = reward_micro_batch(r.micro_batch_size, r.reference_size, batch_divisor)
+  ref_rows = _round_up(r.reference_size, batch_divisor)
+  cos_mb = _round_up(r.micro_batch_size, batch_divisor)
+  train_mb = _round_up(config.train.micro_batch_size, batch_divisor)
+  rows = proposals + rollouts
+  k = max(1, min(config.train.get("ppo_mini_batches", 1), rows))  # coding.ppo_mini_batches: K near-equal pieces
+  bounds = np.linspace(0, rows, k + 1).round().astype(int)  # as selfplay/coding.ppo_mini_batches cuts them
+  chunks = [int(b - a) for a, b in zip(bounds[:-1], bounds[1:])]
+  micro_batches, logprob_passes = _update_counts(config, chunks, train_mb)
+  workers = config.sandbox.num_workers or host_workers  # 0 = the host's cores
+  checks = (CheckBatch("proposals (one by one)", proposals, 1, workers),
+            CheckBatch("solve-rate samples", 1, valid * c.solve_samples, workers),
+            CheckBatch("solver rollouts", 1, rollouts, workers))
+  notes = [f"valid proposals: {valid} of {proposals} (assumed fraction {valid_fraction})"]
+  if r.reference == "local":
+    notes.append("reward.reference=local: one g_ref per seed; counted here as the external set (not modelled)")
+  return StepPlan(
+      "coding", tuple(generate), checks=checks,
+      g_ref_passes=-(-ref_rows // g_mb) if uses_cos else 0, g_ref_rows=g_mb,
+      cosine_passes=-(-valid // cos_mb) if uses_cos else 0, cosine_rows=cos_mb,
+      train_micro_batches=micro_batches, train_rows=train_mb, optimizer_steps=k, logprob_passes=logprob_passes,
+      notes=tuple(notes))
+
+
+@dataclasses.dataclass(frozen=True)
+class LeanOutcomes:
+  """What a Lean iteration's counts depend on besides the config (stated assumptions)."""
+  targets: int = 3323              # D3k (docs/paper_settings.md §1.2)
+  solved_fraction: float = 0.5     # targets with a verified proof: the seeds conjectures are conditioned on
+  valid_fraction: float = 0.515    # conjectures that parse and check (SGS §4.1: 51.5% parseable at start)
+  eligible_fraction: float = 0.3   # valid conjectures with 0 < s < 1 (cosine computed)
+  solver_row_fraction: float = 0.1  # proof attempts kept as solver rows (verified, 0 < s <= 0.5, no `try`)
+  conjecture_row_fraction: float = 0.7  # eligible conjectures in SGS's band (s <= p70) with a nonzero advantage
+
+
+def lean_iteration_plan(config, batch_divisor: int, outcomes: LeanOutcomes = LeanOutcomes()) -> StepPlan:
+  """The device calls of one Lean iteration (selfplay/lean.py).
+
+  generate: one conjecture call (conjectures_per_seed per seed; conditioning "seeds" = every solved
+  target), one proof call (proofs_per_problem for every target and every valid conjecture). Checks:
+  one Lean job per proof, problem after problem (LeanSelfPlay._prove calls check_proofs once per
+  problem, so at most proofs_per_problem run at once). Reward (step.score, local reference): per seed with an eligible conjecture
+  one g_ref of its one verified proof and one cosine call of its conjecture; each call's single row is
+  padded to the mesh's batch divisor (alignment.reference_gradient / candidate_cosines without
+  fixed_rows). Update: the rows in optimizer steps of lean.train_batch_size (one epoch), each in
+  train micro-batches.
+  """
+  l, o = config.lean, outcomes
+  if l.conditioning != "seeds":
+    raise ValueError(f"lean_iteration_plan models conditioning='seeds', not {l.conditioning!r}")
+  targets = o.targets if not l.targets_per_iteration else min(l.targets_per_iteration, o.targets)
+  seeds = int(round(o.solved_fraction * o.targets))
+  if l.seeds_per_iteration:
+    seeds = min(seeds, l.seeds_per_iteration)
+  conjectures = seeds * l.conjectures_per_seed
+  valid = int(round(o.valid_fraction * conjectures))
+  eligible = int(round(o.eligible_fraction * valid))
+  proofs = (targets + valid) * l.proofs_per_problem
+  generate = (GenerateCall("conjectures", seeds, l.conjectures_per_seed),
+              GenerateCall("proofs (targets + valid conjectures)", targets + valid, l.proofs_per_problem))
+  uses_cos = config.reward.name in ("compassplay_cos", "compassplay_cos_novelty")
+  one_row = reward_micro_batch(config.reward.micro_batch_size, 1, batch_divisor)
+  rows = int(round(o.solver_row_fraction * proofs)) + int(round(o.conjecture_row_fraction * eligible))
+  size = l.train_batch_size or rows
+  chunks = [min(size, rows - start) for start in range(0, rows, size)] * l.epochs_per_iteration
+  steps = len(chunks)
+  train_mb = _round_up(config.train.micro_batch_size, batch_divisor)
+  micro_batches, logprob_passes = _update_counts(config, chunks, train_mb)
+  notes = (f"targets {targets}; seeds {seeds} (solved fraction {o.solved_fraction}); conjectures {conjectures}, "
+           f"valid {valid} ({o.valid_fraction}), eligible {eligible} ({o.eligible_fraction}); "
+           f"train rows {rows} (solver {o.solver_row_fraction} of {proofs} proofs + conjectures "
+           f"{o.conjecture_row_fraction} of eligible)",)
+  return StepPlan(
+      "lean", generate,
+      checks=(CheckBatch("proofs (problem by problem)", targets + valid, l.proofs_per_problem, l.num_workers),),
+      g_ref_passes=eligible if uses_cos else 0, g_ref_rows=one_row,
+      cosine_passes=eligible if uses_cos else 0, cosine_rows=one_row,
+      train_micro_batches=micro_batches, train_rows=train_mb, optimizer_steps=steps, logprob_passes=logprob_passes,
+      notes=notes)
+
+
+def check_seconds(batch: CheckBatch, job_s: float, timeout_fraction: float, timeout_s: float) -> float:
+  """Expected wall seconds of a CheckBatch: each group's jobs spread over min(jobs, workers) processes
+  at `job_s` each, plus the timeout's wall time when one of its jobs runs into it (each job does with
+  probability `timeout_fraction`)."""
+  if batch.workers < 1:
+    raise ValueError(f"{batch.label}: workers={batch.workers} is less than 1")
+  g = batch.jobs_per_group
+  if not g or not batch.groups:
+    return 0.0
+  parallel = min(g, batch.workers)
+  per_group = math.ceil(g / parallel) * job_s + (1 - (1 - timeout_fraction) ** g) * timeout_s
+  return batch.groups * per_group

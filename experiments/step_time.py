@@ -1,0 +1,527 @@
+"""Step time of the paper configs on 8 accelerators (TPU v5p chips, H100 SXM), per phase of a step.
+
+For configs/coding.py (one coding step) and configs/lean.py (one Lean iteration):
+  1. what the step calls, counted from the config (step_time_model.coding_step_plan /
+     lean_iteration_plan) with the outcome rates no config holds as stated assumptions (flags);
+  2. FLOPs, HBM bytes and collective bytes per device of each device function the step runs, from
+     XLA's ahead-of-time cost analysis of the run's own engine functions at the config's mesh and
+     dtypes (memory_report.lower_function on 8 simulated CPU devices; `--topology v5p:2x2x2` with
+     libtpu compiles for TPU instead), cached per function as JSON in --cache;
+  3. decode steps of the static schedule (what the sampler does) and of continuous batching, for
+     response lengths drawn from a stated log-normal (step_time_model);
+  4. seconds = max(FLOPs / (peak x eff), bytes / (HBM x eff), collective bytes / (link x eff)) per call,
+     where a decode step's bytes are the weights and KV cache a device holds, read once
+     (`decode_figures`: XLA counts the in-place cache update as whole-cache traffic).
+
+XLA's cost analysis counts a loop body once, whatever its trip count (checked: the train step over 2
+micro-batches and over 1 report the same FLOPs), so each function is compiled as a loop-free "unit"
+of the run's program and multiplied by how often a step runs it: blocks unrolled (scan_layers off),
+plain attention (attention_query_chunk 0: the same FLOPs; the paper's chunked attention also
+recomputes each query block's scores once in the backward pass, not counted here), one micro-batch
+per call (g_ref, cosines, train). The decode loop's body is one decode step, so the decode function's
+figures are per step. Figures are per device (XLA:CPU reports the SPMD-partitioned program: the tiny
+model's train step on 8 devices costs 1/7.6 of one device's).
+
+  python3 experiments/step_time.py                       # both settings; compiles what is not cached
+  python3 experiments/step_time.py --setting coding --no-compile   # tables from the cache only
+  python3 experiments/step_time.py --tiny --cache /tmp/st          # the tiny model, seconds (tests)
+Each 7B unit compiles in 0.5-3 minutes on 2 cores; run one process at a time.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import pathlib
+import re
+import sys
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+SETTINGS = {"coding": ("configs/coding.py", "azr-coding"), "lean": ("configs/lean.py", "sgs-lean")}
+# The paper's budget (issue 25): 200 coding steps ~ 109 GPU-hours on 8 GPUs.
+PAPER_BUDGET = {"coding": 109 * 3600 / 200 / 8}
+
+
+def parse_args(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--setting", action="append", choices=sorted(SETTINGS), help="repeatable; default both")
+  p.add_argument("--coding-config", default="configs/coding.py", help="config file[:variant]")
+  p.add_argument("--lean-config", default="configs/lean.py", help="config file[:variant]")
+  p.add_argument("--tiny", action="store_true", help="the :tiny configs and memory_report's tiny model (tests)")
+  p.add_argument("--devices", type=int, default=8, help="simulated CPU devices (the mesh is the config's)")
+  p.add_argument("--topology", help="compile for a TPU slice with libtpu, e.g. v5p:2x2x2 (else XLA:CPU)")
+  p.add_argument("--cache", default=str(REPO / "runs" / "step_time"), help="per-function JSON figures")
+  p.add_argument("--no-compile", action="store_true", help="use cached figures only; stop if one is missing")
+  # Length distributions (step_time_model.lognormal_lengths), capped at sampling.max_new_tokens.
+  p.add_argument("--coding-mean-tokens", type=float, default=1000.0,
+                 help="mean response tokens (issue 25's estimate: ~2M tokens over ~1.9k sequences)")
+  p.add_argument("--lean-mean-tokens", type=float, default=750.0,
+                 help="mean response tokens (SGS: >6B generated tokens over ~8M generations)")
+  p.add_argument("--sigma", type=float, default=1.0, help="log-normal sigma of response lengths")
+  p.add_argument("--coding-prompt-bucket", type=int, default=2048,
+                 help="prompt bucket the sampler pads to (AZR proposer prompts ~2000 tokens, solver ~400-750)")
+  p.add_argument("--lean-prompt-bucket", type=int, default=512, help="prompt bucket (statements: median 194 chars)")
+  p.add_argument("--slots", type=int, help="continuous-batching slots (default: sampling.micro_batch_size)")
+  p.add_argument("--coding-wide-slots", type=int, default=256, help="a second, larger slot count (coding)")
+  p.add_argument("--lean-wide-slots", type=int, default=64,
+                 help="a second, larger slot count (Lean: 32 KV heads, ~0.5 MB of cache per token)")
+  p.add_argument("--trials", type=int, default=20, help="length draws averaged")
+  p.add_argument("--seed", type=int, default=0)
+  # Outcome rates (step_time_model.LeanOutcomes and the coding plan).
+  p.add_argument("--valid-fraction", type=float, default=1.0, help="coding: valid proposals (1 = the upper bound)")
+  p.add_argument("--lean-targets", type=int, help="targets (default: the config's target file, else D3k's 3323)")
+  p.add_argument("--lean-solved-fraction", type=float, default=0.5)
+  p.add_argument("--lean-valid-fraction", type=float, default=0.515)
+  p.add_argument("--lean-eligible-fraction", type=float, default=0.3)
+  p.add_argument("--lean-solver-row-fraction", type=float, default=0.1)
+  # Verifiers.
+  p.add_argument("--host-workers", type=int, default=64, help="sandbox workers when sandbox.num_workers is 0")
+  p.add_argument("--sandbox-job-s", type=float, default=0.0132,
+                 help="CPU seconds per sandbox job (docs/sandbox.md: 151 programs/s on 2 workers)")
+  p.add_argument("--lean-proof-s", type=float, default=13.9,
+                 help="CPU seconds per Lean proof (kimina-lean-server: 1000 proofs in 3:51 on 60 CPUs)")
+  p.add_argument("--timeout-fraction", type=float, default=0.01, help="jobs that run into the verifier timeout")
+  # Efficiencies.
+  p.add_argument("--flops-eff", type=float, default=0.4, help="fraction of peak FLOP/s")
+  p.add_argument("--hbm-eff", type=float, default=0.65, help="fraction of HBM bandwidth")
+  p.add_argument("--link-eff", type=float, default=0.5, help="fraction of inter-chip bandwidth")
+  return p.parse_args(argv)
+
+
+# ---- what is compiled -------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Unit:
+  """One loop-free program of the step: `function` of memory_report.lower_function at `work`'s shapes."""
+  key: str
+  function: str
+  work: object
+  shapes: str
+  length: int = 0  # tokens per row of a full-sequence pass
+
+
+def plan_units(plan, work0, config, prompt_bucket: int, rows: int, mean_tokens: float) -> dict[str, Unit]:
+  """The step's device functions as loop-free units. Lengths: the sampler's cache is the prompt bucket
+  + max_new_tokens (what it allocates); a reward pass is the prompt bucket + the bucket of a mean
+  completion (its rows are packed to their own length buckets, at most reward.max_completion_tokens);
+  a train micro-batch is the prompt bucket + max_new_tokens (the update pads every row to the batch's
+  longest, and a batch of hundreds of rows reaches the cap)."""
+  from compassplay_jax import config_base
+  from compassplay_jax.selfplay.sequences import TRAIN_BUCKETS, bucket
+  s = config.sampling
+  new = s.max_new_tokens
+  completion = min(config.reward.max_completion_tokens or new, bucket(int(math.ceil(mean_tokens)), TRAIN_BUCKETS))
+  reward_len = min(config_base.reward_sequence_len(config), prompt_bucket + completion)
+  train_len = min(config_base.train_sequence_len(config), prompt_bucket + new)
+  base = dataclasses.replace(work0, sampler_rows=rows, prompt_len=prompt_bucket, max_new_tokens=new)
+  units = {
+      "prefill": Unit("prefill", "prefill", base, f"{rows} x {prompt_bucket}"),
+      "decode": Unit("decode", "decode", base, f"{rows} rows, cache {prompt_bucket}+{new}"),
+      "train": Unit("train", "train", dataclasses.replace(base, train_batch=plan.train_rows,
+                                                          train_micro_batch=plan.train_rows, seq_len=train_len),
+                    f"{plan.train_rows} x {train_len}", train_len),
+  }
+  if plan.g_ref_passes:
+    units["g_ref"] = Unit("g_ref", "g_ref", dataclasses.replace(
+        base, reference_size=plan.g_ref_rows, reward_micro_batch=plan.g_ref_rows, seq_len=reward_len),
+        f"{plan.g_ref_rows} x {reward_len}", reward_len)
+  if plan.cosine_passes:
+    units["cosines"] = Unit("cosines", f"cos{plan.cosine_rows}", dataclasses.replace(
+        base, reward_micro_batch=plan.cosine_rows, seq_len=reward_len), f"{plan.cosine_rows} x {reward_len}", reward_len)
+  return units
+
+
+_COLLECTIVE = re.compile(r"=\s*(\([^=]*\)|\w+\[[^\]]*\])\S*\s+(all-gather|all-reduce|reduce-scatter|all-to-all|"
+                         r"collective-permute)\(")
+_ARRAY = re.compile(r"(\w+)\[([\d,]*)\]")
+_BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4,
+          "f64": 8, "s64": 8, "u64": 8}
+
+
+def _group_size(line: str, default: int) -> int:
+  iota = re.search(r"replica_groups=\[(\d+),(\d+)\]", line)
+  if iota:
+    return int(iota.group(2))
+  listed = re.search(r"replica_groups=\{\{([\d,]*)\}", line)
+  if listed:
+    return len(listed.group(1).split(","))
+  mesh = re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", line)
+  if mesh:
+    sizes = dict(re.findall(r"'(\w+)'=(\d+)", mesh.group(1)))
+    return math.prod(int(sizes[a]) for a in re.findall(r"'(\w+)'", mesh.group(2)))
+  return default
+
+
+def collective_bytes(hlo_text: str, devices: int) -> tuple[float, dict]:
+  """Bytes one device sends over the links in a compiled SPMD program (each op once, loops as
+  XLA's cost analysis counts them): ring all-gather (n-1)/n x output, all-reduce 2(n-1)/n x size,
+  reduce-scatter (n-1) x output, all-to-all (n-1)/n, collective-permute its output."""
+  total, counts = 0.0, {}
+  for line in hlo_text.splitlines():
+    m = _COLLECTIVE.search(line)
+    if not m:
+      continue
+    op = m.group(2)
+    size = sum(_BYTES.get(t, 4) * math.prod(int(d) for d in dims.split(",") if d)
+               for t, dims in _ARRAY.findall(m.group(1)))
+    n = max(_group_size(line, devices), 1)
+    factor = {"all-gather": (n - 1) / n, "all-reduce": 2 * (n - 1) / n, "reduce-scatter": n - 1,
+              "all-to-all": (n - 1) / n, "collective-permute": 1.0}[op]
+    total += factor * size
+    counts[op] = counts.get(op, 0) + 1
+  return total, counts
+
+
+def unit_figures(unit: Unit, cfg, mesh, train_cfg, backend: str, cache: pathlib.Path, compile_ok: bool) -> dict:
+  """The unit's per-device FLOPs / bytes / collective bytes: from the cache, else compiled (and cached)."""
+  import jax
+  from compassplay_jax import memory_report as mr
+  from compassplay_jax import sharding as sh
+  ident = {"backend": backend, "function": unit.function, "mesh": sh.mesh_summary(mesh),
+           "work": dataclasses.asdict(unit.work), "model": dataclasses.asdict(cfg),
+           "train": dataclasses.asdict(train_cfg), "jax": jax.__version__}
+  digest = hashlib.sha1(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:12]
+  path = cache / f"{backend.replace(':', '_').replace(' ', '')}_{unit.work.model}_{unit.key}_{digest}.json"
+  if path.is_file():
+    row = json.loads(path.read_text())
+    if unit.function == "decode" and "cache_bytes" not in row:  # written before these were recorded
+      _, args = mr.lower_function(unit.function, cfg, mesh, unit.work, train_cfg)
+      row.update(param_bytes=mr.per_device_bytes(args[0]), cache_bytes=mr.per_device_bytes(args[1].cache))
+      _write(path, row)
+    return row
+  if not compile_ok:
+    sys.exit(f"step_time: no cached figures for {unit.key} ({unit.shapes}) at {path}; run without --no-compile")
+  print(f"# compiling {unit.work.model} {unit.key} ({unit.shapes}) on {sh.mesh_summary(mesh)} ...", file=sys.stderr,
+        flush=True)
+  start = time.time()
+  lowered, args = mr.lower_function(unit.function, cfg, mesh, unit.work, train_cfg)
+  compiled = lowered.compile()
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  link, ops = collective_bytes(compiled.as_text(), mesh.size)
+  row = {**ident, "key": unit.key, "shapes": unit.shapes, "flops": float(cost["flops"]),
+         "bytes": float(cost["bytes accessed"]), "link_bytes": link, "collectives": ops,
+         "compile_s": round(time.time() - start, 1)}
+  if unit.function in ("prefill", "decode"):
+    row["param_bytes"] = mr.per_device_bytes(args[0])  # the weights one device holds
+  if unit.function == "decode":
+    row["cache_bytes"] = mr.per_device_bytes(args[1].cache)  # the KV cache one device holds
+  _write(path, row)
+  print(f"#   {row['compile_s']} s: {row['flops']:.3e} FLOPs, {row['bytes']:.3e} bytes, "
+        f"{link:.3e} link bytes per device", file=sys.stderr, flush=True)
+  return row
+
+
+def _write(path: pathlib.Path, row: dict) -> None:
+  path.parent.mkdir(parents=True, exist_ok=True)
+  tmp = path.with_suffix(".tmp")
+  tmp.write_text(json.dumps(row, indent=1, default=str))
+  tmp.replace(path)
+
+
+# ---- the schedule ----------------------------------------------------------------------------------
+
+def decode_schedule(plan, mean: float, sigma: float, cap: int, rows: int, slot_counts, trials: int, seed: int):
+  """Per generate call: mean tokens per row and decode steps averaged over `trials` length draws, for
+  the static schedule ("static") and continuous batching with each slot count (its number)."""
+  import numpy as np
+  from compassplay_jax import step_time_model as stm
+  rng = np.random.default_rng(seed)
+  out = []
+  for call in plan.generate:
+    tokens, steps = [], {"static": [], **{s: [] for s in slot_counts}}
+    for _ in range(trials):
+      lengths = stm.lognormal_lengths(call.rows, mean, sigma, cap, rng)
+      tokens.append(lengths.mean())
+      steps["static"].append(stm.static_decode_steps(lengths, rows))
+      for s in slot_counts:
+        steps[s].append(stm.continuous_decode_steps(lengths, s))
+    out.append({"call": call, "mean_tokens": float(np.mean(tokens)),
+                **{k: float(np.mean(v)) for k, v in steps.items()}})
+  return out
+
+
+# ---- tables -------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Row:
+  phase: str
+  name: str
+  shapes: str
+  calls: float
+  figures: dict | None
+  seconds: dict      # hardware -> seconds per step
+  bounds: dict       # hardware -> what decides them
+  schedule: str = ""  # decode rows: the schedule they belong to (one counts per total)
+
+
+def _fmt_s(x: float) -> str:
+  return f"{x:,.0f}" if x >= 100 else f"{x:.1f}" if x >= 1 else f"{x:.2f}"
+
+
+def _fmt_n(x: float) -> str:
+  return f"{x:,.0f}" if float(x).is_integer() or x >= 100 else f"{x:.1f}"
+
+
+def decode_figures(f: dict, weight_scale: float = 1.0) -> dict:
+  """A decode step's per-device figures with HBM bytes = the weights and the KV cache the device holds,
+  each read once (the step's floor). XLA's own count treats the in-place cache update as a read and a
+  write of the whole cache and counts attention's passes over it separately (tiny model: 12.6 x the
+  cache's bytes per step), which no accelerator's in-place update does. weight_scale: e.g. 0.5 for a
+  bf16 copy of fp32 weights."""
+  return {**f, "bytes": f["param_bytes"] * weight_scale + f["cache_bytes"], "xla_bytes": f["bytes"]}
+
+
+def setting_rows(plan, units, figures, sched, checks, hardware, eff, rows, schedules) -> list[Row]:
+  """The per-phase rows of one setting (decode: one row per schedule, alternatives)."""
+  from compassplay_jax import step_time_model as stm
+  out = []
+
+  def device_row(phase, name, f, calls, shapes, schedule=""):
+    secs = {h: calls * stm.seconds(f["flops"], f["bytes"], f["link_bytes"], hw, eff) for h, hw in hardware.items()}
+    bounds = {h: stm.bound(f["flops"], f["bytes"], f["link_bytes"], hw, eff) for h, hw in hardware.items()}
+    out.append(Row(phase, name, shapes, calls, f, secs, bounds, schedule))
+
+  device_row("generate", "prefill", figures["prefill"], sum(c.prompts for c in plan.generate) / rows,
+             units["prefill"].shapes)
+  for schedule, label, key in schedules:
+    device_row("generate", f"decode step, {label}", decode_figures(figures[key]), sum(s[schedule] for s in sched),
+               units[key].shapes, schedule)
+  for batch, secs in checks:
+    out.append(Row("verify", f"{batch.label}: {batch.jobs:,} jobs, {batch.workers} workers", "host CPU", batch.groups,
+                   None, {h: secs for h in hardware}, {h: "host" for h in hardware}))
+  if plan.g_ref_passes:
+    device_row("reward", "g_ref micro-batch (fwd+bwd)", figures["g_ref"], plan.g_ref_passes, units["g_ref"].shapes)
+  if plan.cosine_passes:
+    device_row("reward", "fused cosines micro-batch", figures["cosines"], plan.cosine_passes, units["cosines"].shapes)
+  if plan.logprob_passes:  # a forward pass: a quarter of the remat train micro-batch (forward, recompute, 2x backward)
+    quarter = {k: figures["train"][k] / 4 for k in ("flops", "bytes", "link_bytes")}
+    device_row("update", "old log-probs, forward (1/4 of a train micro-batch)", quarter, plan.logprob_passes,
+               units["train"].shapes)
+  device_row("update", f"train micro-batch ({plan.optimizer_steps} optimizer step"
+             f"{'s' if plan.optimizer_steps != 1 else ''})", figures["train"], plan.train_micro_batches,
+             units["train"].shapes)
+  return out
+
+
+def totals(rows_out: list[Row], hardware, schedules) -> dict:
+  """{hardware: {"phases": {phase: s without decode}, schedule: total s, "decode": {schedule: s}}}."""
+  out = {}
+  for h in hardware:
+    phases = {}
+    for r in rows_out:
+      if not r.schedule:
+        phases[r.phase] = phases.get(r.phase, 0.0) + r.seconds[h]
+    decode = {r.schedule: r.seconds[h] for r in rows_out if r.schedule}
+    out[h] = {"phases": phases, "decode": decode, **{s: sum(phases.values()) + decode[s] for s, _, _ in schedules}}
+  return out
+
+
+def print_setting(name, spec, plan, sched, rows_out, hardware, backend, notes, schedules):
+  print(f"\n## {name}: {spec}\n")
+  for n in notes + list(plan.notes):
+    print(f"* {n}")
+  print("\nGenerate calls (rows = prompts x samples; decode steps averaged over the length draws):\n")
+  print("| call | prompts | samples | rows | mean tokens | " +
+        " | ".join(f"decode steps, {label}" for _, label, _ in schedules) + " |")
+  print("|---|---|---|---|---|" + "---|" * len(schedules))
+  for s in sched:
+    c = s["call"]
+    print(f"| {c.label} | {c.prompts} | {c.samples} | {c.rows} | {s['mean_tokens']:.0f} | "
+          + " | ".join(f"{s[k]:,.0f}" for k, _, _ in schedules) + " |")
+  names = [hw.name for hw in hardware.values()]
+  print(f"\nPer phase (figures per device and call from {backend} cost analysis; seconds per step on 8 x "
+        + " / 8 x ".join(names) + "; decode rows are alternatives):\n")
+  print("| phase | function | unit shape | calls | GFLOP/call | GB HBM/call | GB link/call | "
+        + " | ".join(f"s, {n}" for n in names) + " |")
+  print("|---|---|---|---|---|---|---|" + "---|" * len(names))
+  for r in rows_out:
+    f = r.figures
+    cells = ["-", "-", "-"] if f is None else [f"{f['flops'] / 1e9:,.1f}", f"{f['bytes'] / 1e9:.2f}",
+                                                f"{f['link_bytes'] / 1e9:.3f}"]
+    times = [f"{_fmt_s(r.seconds[h])} ({r.bounds[h]})" for h in hardware]
+    print(f"| {r.phase} | {r.name} | {r.shapes} | {_fmt_n(r.calls)} | " + " | ".join(cells + times) + " |")
+
+
+def print_totals(tot, hardware, schedules, budget):
+  print("\nTotals, minutes per step (generate includes the decode of the schedule named):\n")
+  print("| hardware | schedule | generate | verify | reward | update | total | vs paper budget |")
+  print("|---|---|---|---|---|---|---|---|")
+  for h, hw in hardware.items():
+    t = tot[h]
+    for key, label, _ in schedules:
+      ph = t["phases"]
+      ratio = f"{t[key] / budget:.1f}x of {budget / 60:.1f} min" if budget else "-"
+      print(f"| 8 x {hw.name} | {label} | {(ph.get('generate', 0.0) + t['decode'][key]) / 60:.1f} | "
+            f"{ph.get('verify', 0.0) / 60:.1f} | {ph.get('reward', 0.0) / 60:.1f} | {ph.get('update', 0.0) / 60:.1f} | "
+            f"{t[key] / 60:.1f} | {ratio} |")
+
+
+def obstacles(plan, units, figures, sched, rows_out, tot, hardware, eff, config, checks, check_model, prompt_bucket,
+              mean, budget, schedules):
+  """What stands between the estimate and the budget: each lever with the minutes it is worth per step,
+  from the static schedule (the run's sampler) down to the best case these levers reach."""
+  from compassplay_jax import step_time_model as stm
+  lines = []
+  (static, _, _), (cont, cont_label, _), (wide, wide_label, wide_key) = schedules
+  for h, hw in hardware.items():
+    t = tot[h]
+    items = [(f"static schedule (each micro-batch waits for its longest row) -> {cont_label}",
+              t["decode"][static] - t["decode"][cont]),
+             (f"{cont_label} -> {wide_label} (weights read once per step for more rows)",
+              t["decode"][cont] - t["decode"][wide])]
+    steps = sum(s[wide] for s in sched)
+    if config.model.param_dtype == "float32":
+      d, light = decode_figures(figures[wide_key]), decode_figures(figures[wide_key], 0.5)
+      saved = steps * (stm.seconds(d["flops"], d["bytes"], d["link_bytes"], hw, eff)
+                       - stm.seconds(light["flops"], light["bytes"], light["link_bytes"], hw, eff))
+      items.append((f"the sampler reads the fp32 master weights ({d['param_bytes'] / 1e9:.2f} GB per device per step): "
+                    "a bf16 copy for decoding", saved))
+    update = sum(r.seconds[h] for r in rows_out if r.phase == "update")
+    train_len = units["train"].length
+    real = min(train_len, prompt_bucket + mean)
+    items.append((f"update rows padded to the batch's longest row ({train_len} tokens, mean row ~{real:.0f}): rows "
+                  f"packed by length (train.micro_batch_tokens, one device today)", update * (1 - real / train_len)))
+    if plan.setting == "lean":
+      serial = sum(secs for _, secs in checks)
+      pooled = sum(check_model(dataclasses.replace(b, groups=1, jobs_per_group=b.jobs)) for b, _ in checks)
+      items.append((f"Lean proofs checked problem by problem ({plan.checks[0].jobs_per_group} at a time): one pool "
+                    f"batch over lean.num_workers={plan.checks[0].workers}", serial - pooled))
+      many = dataclasses.replace(plan.checks[0], groups=1, jobs_per_group=plan.checks[0].jobs, workers=4224)
+      items.append(("... and 4224 checking CPUs (SGS: 128 jobs x 33 threads)", pooled - check_model(many)))
+      reward = sum(r.seconds[h] for r in rows_out if r.phase == "reward")
+      items.append((f"reward: one g_ref and one cosine call per seed, 1 row padded to {plan.g_ref_rows}: batch the "
+                    f"seeds", reward * (1 - 1 / plan.g_ref_rows)))
+    else:
+      items.append(("verification (host CPU; assumptions above)", t["phases"].get("verify", 0.0)))
+    best = t[static] - sum(secs for _, secs in items)
+    head = f"**8 x {hw.name}**: {t[static] / 60:.1f} min per step as the config runs (static schedule)"
+    if budget:
+      head += f", {t[static] / budget:.1f}x the paper's {budget / 60:.1f} min"
+    lines.append(head + f"; {best / 60:.1f} min with every lever below"
+                 + (f" ({best / budget:.1f}x)" if budget else "") + ":")
+    for text, secs in items:
+      lines.append(f"  - {text}: {secs / 60:.1f} min")
+  return lines
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  settings = args.setting or sorted(SETTINGS)
+  os.environ.setdefault("JAX_PLATFORMS", "cpu")
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                             f" --xla_force_host_platform_device_count={args.devices}").strip()
+  from compassplay_jax import memory_report as mr
+  from compassplay_jax import sharding as sh
+  from compassplay_jax import step_time_model as stm
+  from compassplay_jax.engine import EngineSettings
+  from compassplay_jax.sweep import load_config
+
+  devices = None
+  if args.topology:
+    from jax.experimental import topologies
+    devices = topologies.get_topology_desc(topology_name=args.topology, platform="tpu").devices
+  backend = args.topology or f"cpu x{args.devices}"
+  hardware = {"v5p": stm.HARDWARE["v5p"], "h100": stm.HARDWARE["h100"]}
+  eff = stm.Efficiency(args.flops_eff, args.hbm_eff, args.link_eff)
+  cache = pathlib.Path(args.cache)
+  print(f"# Step time of the paper configs ({backend} cost analysis)\n")
+  print("Hardware: " + "; ".join(f"{hw.name}: {hw.source}" for hw in hardware.values()) + ".")
+  print(f"Efficiency: {eff.flops:.0%} of peak FLOP/s, {eff.hbm:.0%} of HBM bandwidth, {eff.link:.0%} of link "
+        "bandwidth; a call takes the slowest of the three.")
+  for name in settings:
+    spec = args.coding_config if name == "coding" else args.lean_config
+    if args.tiny and ":" not in spec:
+      spec += ":tiny"
+    config = load_config(spec if pathlib.Path(spec.split(":")[0]).is_absolute() else str(REPO / spec))
+    if args.tiny:  # short reward sequences: the tiny run compiles in seconds
+      config.reward.max_completion_tokens = 16
+    work0 = mr.PAPER_WORKLOADS[SETTINGS[name][1]]
+    model_cfg = mr.PAPER_MODELS[work0.model]
+    if args.tiny:
+      model_cfg, work0 = mr.tiny_workload()
+    # The run's model knobs, as loop-free programs (module docstring).
+    cfg = model_cfg.replace(dtype=config.model.dtype, param_dtype=config.model.param_dtype, remat=config.model.remat,
+                            scan_layers=False, attention_query_chunk=0)
+    mesh = sh.make_mesh(config.mesh, devices=devices)
+    divisor = sh.batch_divisor(mesh)
+    rows = sh.round_to_mesh(config.sampling.micro_batch_size, mesh)
+    slots = args.slots or config.sampling.micro_batch_size
+    wide = sh.round_to_mesh((args.coding_wide_slots if name == "coding" else args.lean_wide_slots), mesh)
+    notes = [f"mesh {sh.mesh_summary(mesh)}; model {work0.model} ({config.model.dtype} compute, "
+             f"{config.model.param_dtype} params); sampler micro-batch {rows} rows"]
+    if name == "coding":
+      plan = stm.coding_step_plan(config, divisor, valid_fraction=args.valid_fraction, host_workers=args.host_workers)
+      mean, bucket = args.coding_mean_tokens, args.coding_prompt_bucket
+      job_s, timeout_s = args.sandbox_job_s, config.sandbox.timeout_s
+    else:
+      targets, source = lean_targets(config, args.lean_targets)
+      notes.append(f"targets: {targets} ({source})")
+      outcomes = stm.LeanOutcomes(targets=targets, solved_fraction=args.lean_solved_fraction,
+                                  valid_fraction=args.lean_valid_fraction,
+                                  eligible_fraction=args.lean_eligible_fraction,
+                                  solver_row_fraction=args.lean_solver_row_fraction)
+      plan = stm.lean_iteration_plan(config, divisor, outcomes)
+      mean, bucket = args.lean_mean_tokens, args.lean_prompt_bucket
+      job_s, timeout_s = args.lean_proof_s, config.lean.timeout_s
+    bucket = min(bucket, config.sampling.max_prompt_tokens)
+    cap = config.sampling.max_new_tokens
+    notes.append(f"response lengths: log-normal, mean {mean:.0f} tokens, sigma {args.sigma}, capped at {cap}; "
+                 f"prompt bucket {bucket}; {args.trials} draws (seed {args.seed})")
+    notes.append(f"verifier: {job_s} CPU-s per job, {args.timeout_fraction:.1%} of jobs run into the "
+                 f"{timeout_s:.0f} s timeout")
+    units = plan_units(plan, work0, config, bucket, rows, mean)
+    units["decode_wide"] = Unit("decode_wide", "decode", dataclasses.replace(units["decode"].work, sampler_rows=wide),
+                                f"{wide} rows, cache {bucket}+{cap}")
+    train_cfg = EngineSettings.from_config(config).train
+    figures = {k: unit_figures(u, cfg, mesh, train_cfg, backend, cache, not args.no_compile) for k, u in units.items()}
+    schedules = (("static", f"static, {rows}-row micro-batches", "decode"),
+                 (slots, f"continuous, {slots} slots", "decode" if slots == rows else "decode_slots"),
+                 (wide, f"continuous, {wide} slots", "decode_wide"))
+    if slots != rows:
+      units["decode_slots"] = Unit("decode_slots", "decode", dataclasses.replace(
+          units["decode"].work, sampler_rows=slots), f"{slots} rows, cache {bucket}+{cap}")
+      figures["decode_slots"] = unit_figures(units["decode_slots"], cfg, mesh, train_cfg, backend, cache,
+                                             not args.no_compile)
+    sched = decode_schedule(plan, mean, args.sigma, cap, rows, (slots, wide), args.trials, args.seed)
+    check_model = lambda b: stm.check_seconds(b, job_s, args.timeout_fraction, timeout_s)  # noqa: E731
+    checks = [(b, check_model(b)) for b in plan.checks]
+    rows_out = setting_rows(plan, units, figures, sched, checks, hardware, eff, rows, schedules)
+    print_setting(name, spec, plan, sched, rows_out, hardware, backend, notes, schedules)
+    tot = totals(rows_out, hardware, schedules)
+    budget = PAPER_BUDGET.get(name) if not args.tiny else None
+    print_totals(tot, hardware, schedules, budget)
+    print("\nWhat stands in the way (minutes per step each lever is worth, applied in this order):\n")
+    for line in obstacles(plan, units, figures, sched, rows_out, tot, hardware, eff, config, checks, check_model,
+                          bucket, mean, budget, schedules):
+      print(line if line.startswith("  ") else f"* {line}")
+    for key in ("decode", "decode_wide"):
+      d = figures[key]
+      print(f"\nDecode step, {units[key].shapes}, per device: {d['flops'] / 1e9:.1f} GFLOP; HBM: weights "
+            f"{d['param_bytes'] / 1e9:.2f} GB + KV cache {d['cache_bytes'] / 1e9:.2f} GB read once (XLA counts "
+            f"{d['bytes'] / 1e9:.2f} GB); {d['link_bytes'] / 1e9:.3f} GB over the links.")
+
+
+def lean_targets(config, override):
+  """(number of targets, where it comes from): the flag, the config's target file, or D3k's documented size."""
+  if override:
+    return override, "--lean-targets"
+  path = config.lean.targets_path
+  if path:
+    from compassplay_jax.domains.coding.reference_set import resolve_path
+    from compassplay_jax.domains.lean.targets import load_targets
+    try:
+      resolved = resolve_path(path)
+      if resolved.is_file():
+        return len(load_targets(resolved)), str(path)
+    except Exception:  # noqa: BLE001 - an unreadable file falls back to the documented size, said below
+      pass
+  return 3323, f"{path or 'no target file'} not found here: D3k's 3,323 statements (docs/paper_settings.md §1.2)"
+
+
+if __name__ == "__main__":
+  main()

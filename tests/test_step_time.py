@@ -1,0 +1,254 @@
+"""The step-time model (compassplay_jax/step_time_model.py) and experiments/step_time.py.
+
+Decode schedules against a naive step-by-step simulation; call counts against the loops' own
+batching; the loop-free premise of experiments/step_time.py (XLA counts a loop body once) against
+XLA itself; and the script end to end on the tiny model.
+"""
+import dataclasses
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from compassplay_jax import step_time_model as stm
+from compassplay_jax.sweep import load_config
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+# ---- decode schedules vs a naive simulation --------------------------------------------------------
+
+def naive_static(lengths, rows):
+  """Step by step: a micro-batch runs until none of its rows has tokens left to decode."""
+  steps = 0
+  for i in range(0, len(lengths), rows):
+    left = [x - 1 for x in lengths[i:i + rows]]  # the prefill samples each row's first token
+    while any(v > 0 for v in left):
+      left = [v - 1 for v in left]
+      steps += 1
+  return steps
+
+
+def naive_continuous(lengths, slots):
+  """Step by step: fill every free slot from the queue (a row with nothing to decode frees its slot
+  at once), decode one step for every busy slot, free the slots whose rows ended."""
+  queue, busy, steps = [x - 1 for x in lengths], [None] * slots, 0
+  while True:
+    for b in range(slots):
+      while busy[b] is None and queue:
+        left = queue.pop(0)
+        busy[b] = left if left > 0 else None
+    if all(v is None for v in busy):
+      return steps
+    steps += 1
+    busy = [None if v is None or v == 1 else v - 1 for v in busy]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_schedules_match_naive_simulation(seed):
+  rng = np.random.default_rng(seed)
+  n = int(rng.integers(1, 90))
+  lengths = stm.lognormal_lengths(n, mean=float(rng.uniform(2, 40)), sigma=float(rng.uniform(0, 1.5)), cap=64, rng=rng)
+  lengths = [int(x) for x in lengths]
+  for width in (1, 3, 8, 32, 100):
+    static = stm.static_decode_steps(lengths, width)
+    cont = stm.continuous_decode_steps(lengths, width)
+    assert static == naive_static(lengths, width)
+    assert cont == naive_continuous(lengths, width)
+    assert cont <= static  # list scheduling starts every request no later than the static batches do
+
+
+def test_schedules_by_hand():
+  lengths = [10, 2, 2, 2, 6, 1]
+  # micro-batches of 2: (10, 2) -> 9, (2, 2) -> 1, (6, 1) -> 5
+  assert stm.static_decode_steps(lengths, 2) == 15
+  # 2 slots: 10 -> [0, 9); 2 -> [0, 1); 2 -> [1, 2); 2 -> [2, 3); 6 -> [3, 8); 1 -> at 8, nothing to decode
+  assert stm.continuous_decode_steps(lengths, 2) == 9
+  assert stm.continuous_decode_steps(lengths, 6) == 9 == stm.static_decode_steps(lengths, 6)
+  assert stm.static_decode_steps([], 4) == stm.continuous_decode_steps([], 4) == 0
+  with pytest.raises(ValueError, match="at least one token"):
+    stm.static_decode_steps([3, 0], 2)
+  with pytest.raises(ValueError, match="slots=0"):
+    stm.continuous_decode_steps([3], 0)
+
+
+def test_lognormal_lengths_mean_and_cap():
+  rng = np.random.default_rng(0)
+  x = stm.lognormal_lengths(200_000, mean=1000.0, sigma=1.0, cap=10 ** 9, rng=rng)
+  assert abs(x.mean() / 1000.0 - 1) < 0.02
+  assert abs(np.median(x) / (1000.0 * np.exp(-0.5)) - 1) < 0.02  # median = mean x exp(-sigma^2 / 2)
+  capped = stm.lognormal_lengths(10_000, mean=1000.0, sigma=1.0, cap=2000, rng=rng)
+  assert capped.max() == 2000 and capped.min() >= 1
+  with pytest.raises(ValueError, match="mean"):
+    stm.lognormal_lengths(3, mean=1.0, sigma=1.0, cap=10, rng=rng)
+
+
+# ---- time formula and verifier model ---------------------------------------------------------------
+
+def test_seconds_take_the_slowest_term():
+  hw = stm.Hardware("x", peak_flops=100.0, hbm_bytes_s=10.0, link_bytes_s=1.0, source="")
+  eff = stm.Efficiency(flops=0.5, hbm=0.5, link=0.5)
+  assert stm.seconds(100, 1, 0, hw, eff) == 2.0 and stm.bound(100, 1, 0, hw, eff) == "compute"
+  assert stm.seconds(100, 30, 0, hw, eff) == 6.0 and stm.bound(100, 30, 0, hw, eff) == "HBM"
+  assert stm.seconds(100, 30, 4, hw, eff) == 8.0 and stm.bound(100, 30, 4, hw, eff) == "link"
+  with pytest.raises(ValueError, match="hbm=0"):
+    stm.Efficiency(hbm=0)
+
+
+def test_check_seconds():
+  one_pool = stm.CheckBatch("pool", groups=1, jobs_per_group=100, workers=8)
+  assert stm.check_seconds(one_pool, 2.0, 0.0, 60.0) == 13 * 2.0  # ceil(100 / 8) rounds of 2 s
+  one_by_one = stm.CheckBatch("seq", groups=50, jobs_per_group=1, workers=8)
+  assert stm.check_seconds(one_by_one, 2.0, 0.0, 60.0) == 100.0  # workers idle: one job at a time
+  # with timeouts: each group waits the timeout with probability 1 - (1 - f)^g
+  per_problem = stm.CheckBatch("lean", groups=10, jobs_per_group=8, workers=8)
+  assert stm.check_seconds(per_problem, 14.0, 0.01, 60.0) == pytest.approx(10 * (14.0 + (1 - 0.99 ** 8) * 60.0))
+
+
+# ---- call counts from the configs ---------------------------------------------------------------------
+
+def test_coding_paper_step_plan():
+  config = load_config(str(REPO / "configs/coding.py"))
+  plan = stm.coding_step_plan(config, batch_divisor=2)
+  c = config.coding
+  # CodingSelfPlay._propose_all: abduction and deduction share a call, induction (no prefix) has its own.
+  assert [(g.label, g.prompts, g.samples) for g in plan.generate] == [
+      ("proposals (abduction/deduction)", 2 * c.proposals_per_type, 1),
+      ("proposals (induction)", c.proposals_per_type, 1),
+      ("solve-rate samples", 3 * c.proposals_per_type, c.solve_samples),
+      ("solver rollouts", 3 * c.solver_tasks_per_type, 1)]
+  assert plan.sequences == 192 + 192 * 8 + 192 == 1920
+  assert (plan.g_ref_passes, plan.g_ref_rows) == (32 // 2, 2)
+  assert (plan.cosine_passes, plan.cosine_rows) == (192 // 2, 2)
+  assert (plan.train_micro_batches, plan.train_rows, plan.optimizer_steps, plan.logprob_passes) == (384 // 2, 2, 1, 0)
+  config.train.ppo_mini_batches = 5  # coding.ppo_mini_batches: 384 rows as 77, 77, 77, 77, 76
+  ppo = stm.coding_step_plan(config, batch_divisor=2)
+  assert (ppo.optimizer_steps, ppo.train_micro_batches, ppo.logprob_passes) == (5, 4 * 39 + 38, 3 * 39 + 38)
+  config.train.ppo_mini_batches = 1
+  assert [b.jobs for b in plan.checks] == [192, 192 * 8, 192] and plan.checks[0].workers == 64
+  half = stm.coding_step_plan(config, batch_divisor=2, valid_fraction=0.5)
+  assert half.generate[2].prompts == 96 and half.cosine_passes == 48
+  # a scaffold decodes program and input as two segments of each proposal
+  config.coding.input_scaffold = "```input\n"
+  scaffolded = stm.coding_step_plan(config, batch_divisor=2)
+  assert [g.prompts for g in scaffolded.generate[:3]] == [128, 128, 64]
+
+
+def test_lean_paper_iteration_plan():
+  config = load_config(str(REPO / "configs/lean.py"))
+  outcomes = stm.LeanOutcomes(targets=1000, solved_fraction=0.4, valid_fraction=0.5, eligible_fraction=0.25,
+                              solver_row_fraction=0.1, conjecture_row_fraction=0.5)
+  plan = stm.lean_iteration_plan(config, batch_divisor=8, outcomes=outcomes)
+  # 400 seeds -> 400 conjectures -> 200 valid -> 50 eligible; proofs (1000 + 200) x 8
+  assert [(g.prompts, g.samples) for g in plan.generate] == [(400, 1), (1200, 8)]
+  assert [(b.groups, b.jobs_per_group, b.workers) for b in plan.checks] == [(1200, 8, config.lean.num_workers)]
+  # one g_ref and one cosine call per eligible seed, a single row padded to the mesh's 8
+  assert (plan.g_ref_passes, plan.g_ref_rows, plan.cosine_passes, plan.cosine_rows) == (50, 8, 50, 8)
+  rows = 960 + 25  # 10% of 9600 proofs + half of 50 conjectures: 30 batches of 32 and one of 25
+  assert plan.optimizer_steps == -(-rows // 32) == 31
+  assert plan.train_micro_batches == 30 * 4 + 4 and plan.train_rows == 8
+  # bf16 compute: old log-probs recomputed by a forward pass for every batch after the first (step.update_params)
+  assert config.model.dtype == "bfloat16" and plan.logprob_passes == 30 * 4
+  config.train.recompute_logprobs = "off"
+  assert stm.lean_iteration_plan(config, batch_divisor=8, outcomes=outcomes).logprob_passes == 0
+
+
+def test_reward_micro_batch_is_the_engines():
+  """The plan's rows per g_ref / cosine pass are what engine.Engine.reward_micro_batch returns."""
+  import jax
+  from compassplay_jax import memory_report as mr
+  from compassplay_jax import sharding as sh
+  cfg, work = mr.tiny_workload()
+  engine, _ = mr.workload_engine(cfg, sh.make_mesh((1, 1, 1), jax.devices()[:1]), dataclasses.replace(
+      work, reward_micro_batch=3))
+  for rows in (1, 2, 3, 7, 32):
+    assert stm.reward_micro_batch(3, rows, engine.batch_divisor) == engine.reward_micro_batch(rows)
+
+
+# ---- XLA's cost analysis: the premise of the loop-free units ------------------------------------------
+
+def test_xla_counts_a_loop_body_once():
+  """experiments/step_time.py multiplies one micro-batch's cost by the micro-batches; that is right
+  only while XLA's cost analysis counts a scanned micro-batch once. If this fails (XLA multiplies by
+  trip counts), the units would be counted twice over."""
+  import jax
+  from compassplay_jax import memory_report as mr
+  from compassplay_jax import sharding as sh
+  cfg, work = mr.tiny_workload()
+  mesh = sh.make_mesh((1, 1, 1), jax.devices()[:1])
+
+  def flops(w):
+    lowered, _ = mr.lower_function("train", cfg, mesh, w)
+    return lowered.compile().cost_analysis()["flops"]
+
+  one = flops(dataclasses.replace(work, train_batch=8, train_micro_batch=8))
+  two = flops(dataclasses.replace(work, train_batch=16, train_micro_batch=8))
+  assert two == pytest.approx(one, rel=0.01)
+  # an independent count of one micro-batch's matmul FLOPs: forward 2 x (matmul params) per token,
+  # backward twice that; attention adds to it, elementwise work a little
+  d, f, layers, v = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers, cfg.vocab_size
+  kv = cfg.num_key_value_heads * cfg.head_dim
+  matmul_params = layers * (2 * d * d + 2 * d * kv + 3 * d * f) + d * v
+  assert one > 3 * 2 * matmul_params * 8 * work.seq_len
+
+
+# ---- the script end to end --------------------------------------------------------------------------
+
+def test_step_time_script_on_the_tiny_model(tmp_path):
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO)}
+  command = [sys.executable, "experiments/step_time.py", "--tiny", "--setting", "lean", "--lean-targets", "8",
+             "--lean-prompt-bucket", "16", "--trials", "3", "--cache", str(tmp_path)]
+  first = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  assert first.returncode == 0, first.stderr[-3000:]
+  figures = sorted(tmp_path.glob("*.json"))
+  rows = {r["key"]: r for r in (json.loads(p.read_text()) for p in figures)}
+  assert set(rows) == {"prefill", "decode", "decode_wide", "g_ref", "cosines", "train"}
+  out = first.stdout
+  assert "| proofs (targets + valid conjectures) | 10 | 4 | 40 |" in out  # 8 targets + 2 valid conjectures, k = 4
+  assert "| verify | proofs (problem by problem): 40 jobs, 2 workers | host CPU | 10 |" in out
+  assert rows["train"]["mesh"] == "data=1, fsdp=8, tensor=1" and rows["train"]["link_bytes"] > 0
+  # a decode step's HBM bytes in the table: the weights and KV cache one device holds, read once
+  decode = rows["decode"]
+  assert decode["cache_bytes"] * 2 == rows["decode_wide"]["cache_bytes"]  # 32 and 64 rows
+  assert decode["param_bytes"] == rows["prefill"]["param_bytes"] > 0
+  # the cache alone rebuilds the same tables
+  again = subprocess.run(command + ["--no-compile"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert again.stdout.split("\n", 1)[1] == out.split("\n", 1)[1]
+  missing = subprocess.run(command[:-1] + [str(tmp_path / "empty"), "--no-compile"], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=300)
+  assert missing.returncode == 1 and "no cached figures for prefill" in missing.stderr
+
+
+def _script():
+  import importlib.util
+  spec = importlib.util.spec_from_file_location("step_time_script", REPO / "experiments" / "step_time.py")
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module  # its dataclasses look their module up
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_collective_bytes_of_hlo_text():
+  hlo = "\n".join([
+      "  %ag = bf16[8,64]{1,0} all-gather(bf16[2,64]{1,0} %p), replica_groups=[2,4]<=[8], dimensions={0}",
+      "  %ar = (f32[16]{0}, f32[4,4]{1,0}) all-reduce(%a, %b), replica_groups={{0,1},{2,3},{4,5},{6,7}}, to_apply=%add",
+      "  %rs = f32[4]{0} reduce-scatter(f32[32]{0} %c), replica_groups=mesh['x'=2,'y'=4] {'y'}, dimensions={0}",
+      "  %cp = s32[10]{0} collective-permute(s32[10]{0} %d), source_target_pairs={{0,1}}",
+      "  %add = f32[16]{0} add(%e, %f)"])
+  total, counts = _script().collective_bytes(hlo, devices=8)
+  ag = 3 / 4 * 8 * 64 * 2      # groups of 4: receives 3/4 of the gathered output
+  ar = 2 * 1 / 2 * (16 + 16) * 4  # groups of 2, a tuple of two f32 arrays
+  rs = 3 * 4 * 4               # groups of 4 (mesh axis y): sends 3 output-sized pieces
+  assert counts == {"all-gather": 1, "all-reduce": 1, "reduce-scatter": 1, "collective-permute": 1}
+  assert total == ag + ar + rs + 10 * 4
+
+
+def test_decode_bytes_are_weights_and_cache_read_once():
+  f = {"flops": 1.0, "bytes": 1000.0, "link_bytes": 0.0, "param_bytes": 40.0, "cache_bytes": 10.0}
+  assert _script().decode_figures(f)["bytes"] == 50.0 and _script().decode_figures(f)["xla_bytes"] == 1000.0
+  assert _script().decode_figures(f, weight_scale=0.5)["bytes"] == 30.0

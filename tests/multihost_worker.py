@@ -23,7 +23,6 @@ def main():
 
   from compassplay_jax import sharding as sh
   from compassplay_jax.models.config import ModelConfig
-  from compassplay_jax.models.decoder import init_decoder
   from compassplay_jax.rewards.losses import per_sequence_loss
 
   assert jax.process_count() == 2 and jax.device_count() == 8 and jax.local_device_count() == 4

@@ -1,6 +1,5 @@
 """Checkpoint I/O: round trip through transformers, real 7B shapes without weights, and bad input."""
 import json
-import shutil
 
 import jax
 import jax.numpy as jnp

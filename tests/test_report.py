@@ -192,7 +192,6 @@ def test_explicit_window_and_a_missing_baseline(lean_runs, tmp_path):
 def test_sweep_file_names_the_arms_and_accuracy_falls_back_to_metrics(tmp_path):
   root = tmp_path / "sweep"
   for lr, acc in (("1e-3", 0.25), ("1e-4", 0.75)):
-    arm = f"difficulty,train.learning_rate={lr}"
     _write_run(root / f"difficulty__lr{lr}" / "seed_0", "coding", "difficulty", 0,
                [(s, {"eval/cruxeval_o": acc + 0.01 * s}) for s in (2, 4)])
   (root / "sweep.json").write_text(json.dumps({"cells": [

@@ -5,7 +5,6 @@ seccomp, bound prelude and static rules) and passes now. Leftovers are checked o
 host (/proc/sysvipc, the host's /tmp and /dev/shm, a host unix socket), not through the pool.
 """
 import os
-import pathlib
 import secrets
 import socket
 import textwrap

@@ -16,7 +16,6 @@ from jax.sharding import PartitionSpec as P
 from compassplay_jax import sharding as sh
 from compassplay_jax.memory_report import PAPER_MODELS
 from compassplay_jax.models import hf_io
-from compassplay_jax.models.config import ModelConfig
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 

@@ -42,7 +42,7 @@ def check_math_answer(gold: str, pred: str, timeout_s: int = 3) -> bool:
 
 
 def _worker_main(conn, check_fn, timeout_s):
-  import math_verify  # pylint: disable=g-import-not-at-top,unused-import  # Import before "ready".
+  import math_verify  # noqa: F401  # pylint: disable=g-import-not-at-top  # Import before "ready".
   conn.send(("ready", None))
   while True:
     job = conn.recv()

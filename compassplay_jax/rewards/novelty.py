@@ -17,7 +17,7 @@ import ast
 import re
 from collections.abc import Sequence
 
-from compassplay_jax.lean_syntax.statements import statement_signature, strip_lean_comments
+from compassplay_jax.lean_syntax.statements import statement_signature
 
 COPY_THRESHOLD = 0.8  # The paper's threshold: J > 0.8 to the seed is a copy.
 

@@ -60,7 +60,7 @@ def make_encoder(max_depth=MAX_DEPTH):
   """encode(value, max_chars) -> str, with every function it calls bound now (before any program)."""
   type_, id_, len_, tuple_, str_, int_, float_, complex_, bytes_, range_, list_, dict_, set_ = (
       type, id, len, tuple, str, int, float, complex, bytes, range, list, dict, set)
-  bool_, frozenset_, none_type, ellipsis = bool, frozenset, type(None), Ellipsis
+  bool_, frozenset_, ellipsis = bool, frozenset, Ellipsis
   int_repr, float_repr, bytes_hex = int.__repr__, float.__repr__, bytes.hex
   encode_str = json.encoder.c_encode_basestring_ascii or json.encoder.encode_basestring_ascii
   dict_items, odict_items = dict.items, collections.OrderedDict.items

@@ -145,9 +145,12 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.sampling.top_k = 0  # 0 = off
   config.sampling.max_new_tokens = 512
   config.sampling.max_prompt_tokens = 2048
-  config.sampling.micro_batch_size = 32  # rows generated at once (memory budget); continuous: decode slots
+  config.sampling.micro_batch_size = 32  # static engine: rows generated at once
   config.sampling.engine = "static"  # static | continuous (continuous batching; docs/sampling.md)
   config.sampling.chunk_tokens = 8  # continuous: decode steps per device call between slot refills
+  # continuous: GB per device for decode slots (KV cache + per-step temporaries); 0 = half the device's
+  # free memory where jax reports it (GPU/TPU), else 2 GB (CPU) (sampling/batching.py)
+  config.sampling.memory_budget_gb = 0.0
 
   config.reward = ml_collections.ConfigDict()
   config.reward.name = "compassplay_cos"  # compassplay_cos | compassplay_cos_novelty | difficulty | novelty_only | soar_utility

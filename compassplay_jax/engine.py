@@ -19,6 +19,7 @@ ShapeDtypeStructs, so memory_report lowers and compiles exactly the programs a r
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any, Sequence
 
 import jax
@@ -35,6 +36,8 @@ from compassplay_jax.rewards import soar as soar_lib
 from compassplay_jax.rl import train_step as train_lib
 from compassplay_jax.sampling import decode as decode_lib
 from compassplay_jax.sampling.engine import RolloutEngine
+
+_log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -320,17 +323,26 @@ class Engine:
     return {**batch, "ref_logprobs": lp[:, lp.shape[1] - window:]}
 
   def rollout_engine(self, tokenizer, sampling) -> RolloutEngine:
-    """The run's rollout engine (sampling/engine.py), built on first use and kept: "static" runs
-    prefill/decode through this mesh, "continuous" (one device) keeps its slot cache between calls.
-    `sampling` is config.sampling. To plug in an external engine (vLLM, ...), assign `rollout`."""
+    """The run's rollout engine (sampling/engine.py), built on first use and kept. `sampling` is
+    config.sampling. "continuous": slots over the batch axes and KV heads over tensor of
+    `self.sampler_mesh` (if set, e.g. a host-local mesh) or `self.mesh`, as many slots per device as
+    sampling.memory_budget_gb allows (0: batching.device_memory_budget), its cache kept between calls;
+    on a mesh that spans processes (its host reads need every slot local) it falls back to "static".
+    "static": prefill/decode through this mesh (ShardedSampler). To plug in an external engine
+    (vLLM, ...), assign `rollout`."""
     if self.rollout is None:
+      from compassplay_jax.sampling import batching
       from compassplay_jax.sampling.engine import make_engine
       name = sampling.get("engine", "static")
+      mesh = getattr(self, "sampler_mesh", None) or self.mesh
+      if name == "continuous" and not all(d.process_index == jax.process_index() for d in mesh.devices.flat):
+        _log.warning("sampling.engine='continuous' needs a host-local mesh (engine.sampler_mesh); "
+                     "this mesh spans processes, so rollouts use the static engine")
+        name = "static"
       if name == "continuous":
-        if self.mesh.size > 1:
-          raise ValueError("config.sampling.engine='continuous' runs on one device; use 'static' on a "
-                           "multi-device mesh")
-        self.rollout = make_engine(name, self.graphdef, tokenizer, slots=sampling.micro_batch_size,
+        budget_gb = float(sampling.get("memory_budget_gb", 0.0) or 0.0)
+        budget = int(budget_gb * 2 ** 30) if budget_gb > 0 else batching.device_memory_budget(mesh.devices.flat)
+        self.rollout = make_engine(name, self.graphdef, tokenizer, mesh=mesh, memory_budget_bytes=budget,
                                    chunk_tokens=sampling.get("chunk_tokens", 8))
       else:
         self.rollout = make_engine(name, self.graphdef, tokenizer, device_fns=self.sampler)

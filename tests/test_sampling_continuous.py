@@ -144,20 +144,25 @@ def test_200_requests_compile_a_bounded_number_of_programs():
       else None
   jax.monitoring.register_event_duration_secs_listener(listener)
   try:
-    before = slots_lib.compile_counts()
     res = engine.generate(requests, config, key0)
     first = len(lowered)
+    counts = engine.programs.compile_counts()
     engine.generate(requests[:50], config, key1)  # other sizes: nothing new to compile
-    after = slots_lib.compile_counts()
   finally:
     jax.monitoring.unregister_event_duration_listener(listener)
-  grew = {k: after[k] - before[k] for k in after}
-  # Documented bound: prefill and insert once per prompt bucket, init once, decode once per window.
+  # Documented bound: prefill and insert once per (prompt bucket, prefill size), init once, decode
+  # once per (window, slot count), compact once per (slot count, smaller slot count). Prefill sizes:
+  # powers of two up to the prompts one admission can bring; slot counts: 8 and the halvings 4, 2, 1.
   windows = slots_lib.windows(128)
   assert windows == (128, 64)
-  assert grew["prefill_prompt"] <= len(buckets) and grew["insert"] <= len(buckets)
-  assert grew["init_slots"] <= 1 and grew["decode_chunk"] <= len(windows)
-  assert first <= 2 * len(buckets) + 1 + len(windows) and len(lowered) == first
+  sizes = len({engine._prefill_size(c, 8) for c in range(1, 9)})
+  assert sizes == 4  # 1, 2, 4, 8
+  assert counts["prefill_prompts"] <= len(buckets) * sizes and counts["insert"] <= len(buckets) * sizes
+  assert counts["init_slots"] == 1 and counts["decode_chunk"] <= len(windows) * 4 and counts["compact"] <= 6
+  assert counts["cast_params"] == 0 and counts["compact"] >= 1  # the drain shrank the slots
+  assert first == sum(counts.values()) <= 2 * len(buckets) * sizes + 1 + len(windows) * 4 + 6
+  assert len(lowered) == first and engine.programs.compile_counts() == counts
+  assert engine.stats.prefills < engine.stats.prompts  # several prompts per prefill call
   assert len(res) == 200 and all(1 <= n <= r.max_new_tokens for n, r in zip(res.lengths, requests))
 
 
@@ -187,8 +192,10 @@ def test_slots_follow_the_memory_budget_and_cache_follows_model_dtype():
   graphdef, params = nnx.split(init_decoder(cfg, seed=5))
   config = SamplingConfig(temperature=0.0, max_new_tokens=16, eos_ids=(), bucket_lengths=(16,))
   requests = [Request([1 + i] * (3 + i), max_new_tokens=4 + 2 * i) for i in range(6)]
-  budget = batching.bytes_per_row(cfg, 16, 0) + 3 * batching.bytes_per_slot(cfg, 32, "float32") + 100
-  by_budget = ContinuousEngine(graphdef, None, params, memory_budget_bytes=budget, cache_length=32)
+  # Room for 3 slots after reserving a prefill of max_prefill_tokens (32 tokens: 2 prompts of 16).
+  budget = 2 * batching.bytes_per_row(cfg, 16, 0) + 3 * batching.bytes_per_slot(cfg, 32, "float32") + 100
+  by_budget = ContinuousEngine(graphdef, None, params, memory_budget_bytes=budget, cache_length=32,
+                               max_prefill_tokens=32)
   got = by_budget.generate(requests, config, 0)
   assert by_budget.stats.slots == 3
   explicit = ContinuousEngine(graphdef, None, params, slots=2, cache_length=32).generate(requests, config, 0)

@@ -12,7 +12,7 @@ import dataclasses
 import numpy as np
 
 from compassplay_jax.models.config import ModelConfig
-from compassplay_jax.sampling.config import SamplingConfig
+from compassplay_jax.sampling.config import DEFAULT_BUCKETS, SamplingConfig
 
 
 def bucket_length(n: int, buckets: tuple[int, ...]) -> int:
@@ -34,23 +34,64 @@ def bytes_per_row(cfg: ModelConfig, prompt_len: int, max_new: int) -> int:
   return cache + prefill + vocab + 2 * max_new * 4
 
 
-def bytes_per_slot(cfg: ModelConfig, cache_length: int, cache_dtype: str) -> int:
-  """Device bytes one continuous-batching slot needs: its KV cache row and per-step temporaries
-  (attention scores and probabilities over the cache, vocab-sized logits)."""
-  cache = 2 * cfg.num_hidden_layers * cache_length * cfg.num_key_value_heads * cfg.head_dim
-  scores = 2 * cfg.num_attention_heads * cache_length * 4
+def _split(n: int, parts: int) -> int:
+  """n heads per device when split over `parts` devices (whole heads only; else replicated)."""
+  return n // parts if parts > 1 and n % parts == 0 else n
+
+
+def bytes_per_slot(cfg: ModelConfig, cache_length: int, cache_dtype: str, tensor: int = 1) -> int:
+  """Device bytes one continuous-batching slot needs on one device: its KV cache row and per-step
+  temporaries (attention scores and probabilities over the cache, vocab-sized logits). With a
+  `tensor`-way split the KV heads and attention heads divide by it where they divide evenly."""
+  kv_heads = _split(cfg.num_key_value_heads, tensor)
+  cache = 2 * cfg.num_hidden_layers * cache_length * kv_heads * cfg.head_dim
+  scores = 2 * _split(cfg.num_attention_heads, tensor) * cache_length * 4
   return cache * np.dtype(cache_dtype).itemsize + scores + 4 * cfg.vocab_size * 4
 
 
 def slots_for_budget(cfg: ModelConfig, cache_length: int, cache_dtype: str, budget_bytes: int,
-                     max_prompt_len: int) -> int:
-  """How many slots fit in `budget_bytes` after reserving one prompt's prefill (at least 1 or an error)."""
-  reserve = bytes_per_row(cfg, max_prompt_len, 0)
-  slots = (budget_bytes - reserve) // bytes_per_slot(cfg, cache_length, cache_dtype)
+                     max_prompt_len: int, tensor: int = 1, prefill_rows: int = 1) -> int:
+  """How many slots fit on one device in `budget_bytes` after reserving a prefill of `prefill_rows`
+  prompts of max_prompt_len tokens (at least 1 or an error)."""
+  reserve = prefill_rows * bytes_per_row(cfg, max_prompt_len, 0)
+  per_slot = bytes_per_slot(cfg, cache_length, cache_dtype, tensor)
+  slots = (budget_bytes - reserve) // per_slot
   if slots < 1:
     raise ValueError(f"memory budget of {budget_bytes} bytes holds no decode slot of cache length "
-                     f"{cache_length} ({bytes_per_slot(cfg, cache_length, cache_dtype)} bytes + {reserve} reserved)")
+                     f"{cache_length} ({per_slot} bytes + {reserve} reserved)")
   return int(slots)
+
+
+CPU_MEMORY_BUDGET = 2 << 30  # bytes: the slots' share of host memory when jax reports no device limit
+
+
+def device_memory_budget(devices, fraction: float = 0.5, cpu_default: int = CPU_MEMORY_BUDGET) -> int:
+  """Per-device bytes for decode slots: `fraction` of the least free memory among `devices`
+  (bytes_limit - bytes_in_use, where jax reports them: GPU and TPU), else `cpu_default`.
+
+  Measured when the engine is built, after the run's params and optimizer state are placed; the
+  fraction leaves the rest for the train step's activations and the sampler's weight copy."""
+  free = []
+  for device in devices:
+    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    if not stats or "bytes_limit" not in stats:
+      return cpu_default
+    free.append(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
+  return int(fraction * min(free))
+
+
+def prompt_buckets(max_prompt_tokens: int, max_new_tokens: int = 0,
+                   ladder: tuple[int, ...] = DEFAULT_BUCKETS) -> tuple[int, ...]:
+  """Prompt buckets for a loop whose prompts are cut to max_prompt_tokens: the ladder (doubled past its
+  end until it holds max_prompt_tokens + max_new_tokens, for id prompts that continue a generated
+  segment) plus max_prompt_tokens itself, so the longest kept prompt (e.g. AZR's 6144) pads to its
+  own length, not to the next power of two."""
+  if max_prompt_tokens < 1:
+    raise ValueError(f"max_prompt_tokens={max_prompt_tokens} is less than 1")
+  ladder = list(ladder)
+  while ladder[-1] < max_prompt_tokens + max_new_tokens:
+    ladder.append(2 * ladder[-1])
+  return tuple(sorted(set(ladder) | {int(max_prompt_tokens)}))
 
 
 def rows_per_call(cfg: ModelConfig, prompt_len: int, config: SamplingConfig) -> int:

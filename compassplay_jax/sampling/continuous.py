@@ -1,18 +1,24 @@
 """`ContinuousEngine`: continuous batching over a fixed number of decode slots (device side: slots.py).
 
-Host loop: fill every free slot from the queue (prefill the request's prompt once, then insert each
-of its samples into a slot), decode a chunk of up to `chunk_tokens` steps on device (ending early
-once `refill_threshold` slots are free while requests wait), read the new tokens, check stop strings
-and finished rows, free their slots, repeat until the queue is empty and every slot is done.
+Host loop: fill every free slot from the queue (prefill the new prompts among the admitted rows
+together, one batched call per prompt bucket, then insert each sample into a slot), decode a chunk
+of up to `chunk_tokens` steps on device (ending early once `refill_threshold` slots are free while
+requests wait), read the new tokens, check stop strings and finished rows, free their slots (and
+report each finished row to `on_finish`), repeat until the queue is empty and every slot is done.
 
-Shapes are fixed by (slots, cache_length, chunk_tokens), the prompt bucket and the attention window
-(cache_length, /2, /4 ... >= 64), so compilations are bounded by 2 x (#prompt buckets used) + 1 +
-(#windows) however many requests come.
+Shapes are fixed by (slots, cache_length, chunk_tokens), the prefill batch (P rows, a power of two,
+times the mesh's batch divisor; L a prompt bucket) and the attention window (cache_length, /2, /4 ...
+>= 64), so compilations are bounded by 2 x (#buckets used) x (#prefill sizes) + 1 + (#windows)
+however many requests come.
+
+On a mesh (sharding.AXES) the slots are split over the batch axes (data, fsdp) and the KV heads
+over tensor; params follow the partition rules (slots.SlotPrograms). The host loop is the same.
 """
 from __future__ import annotations
 
 import collections
 import dataclasses
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -25,23 +31,27 @@ from compassplay_jax.sampling.prompts import encode_prompts
 from compassplay_jax.sampling.rollout_engine import RolloutEngine, as_requests
 from compassplay_jax.sampling.stops import StopFinder
 
-QUEUE_ORDERS = ("longest_first", "arrival")
+QUEUE_ORDERS = ("arrival", "longest_first")
 REFILLS = ("continuous", "static")
+OnFinish = Callable[[int, np.ndarray, "str | None", str], None]
 
 
 @dataclasses.dataclass
 class EngineStats:
-  """Counters of the last generate call. useful_slot_steps / slot_steps is the fraction of decode
-  work that produced a kept token (token 0 comes from the prefill, not a decode step)."""
+  """Counters of the last (or running) generate call. useful_slot_steps / slot_steps is the fraction
+  of decode work that produced a kept token (token 0 comes from the prefill, not a decode step)."""
   slots: int = 0
   cache_length: int = 0
   decode_calls: int = 0
   decode_steps: int = 0
   slot_steps: int = 0
   useful_slot_steps: int = 0
-  prefills: int = 0
-  inserts: int = 0
+  prefills: int = 0       # prefill calls
+  prefill_rows: int = 0   # prompt rows they ran, padding included
+  prompts: int = 0        # distinct prompts prefilled
+  inserts: int = 0        # samples put into slots
   windows: dict = dataclasses.field(default_factory=dict)  # attention window -> decode calls
+  slot_sizes: dict = dataclasses.field(default_factory=dict)  # slots (after shrinking) -> decode calls
 
   @property
   def utilisation(self) -> float:
@@ -57,29 +67,53 @@ class _Row:
   tokens: list = dataclasses.field(default_factory=list)
   logprobs: list = dataclasses.field(default_factory=list)
   reason: str | None = None
+  text: str | None = None
+  columns: int = 0  # the prompt bucket: cache columns before token 0
+
+
+@dataclasses.dataclass
+class _Prefill:
+  """One batched prefill's device result and how many of its samples still wait for a slot."""
+  prefix: slots_lib.Prefix
+  waiting: int
+  requests: list
+
+
+def _pow2_at_least(n: int) -> int:
+  return 1 << max(n - 1, 0).bit_length()
 
 
 class ContinuousEngine(RolloutEngine):
   """Continuous batching: when a row ends (eos, stop string, its own budget) its slot takes the next
   waiting (request, sample).
 
-  slots: decode slots; or None with memory_budget_bytes: as many as fit (batching.slots_for_budget).
+  slots: most decode slots over the whole mesh (rounded up to a multiple of its batch divisor); or
+    None with memory_budget_bytes: the device bytes the slots may use *per device* (KV cache and
+    per-step temporaries, batching.slots_for_budget), times the batch devices. A call uses no more
+    slots than its rows (rounded up to a power of two times the batch divisor), so small calls do
+    not pay for empty slots.
   cache_length: columns per slot (prompt bucket + budget must fit); None: the smallest power of two
     holding the call's largest (bucket + budget), so it changes rarely.
   chunk_tokens: most decode steps per device call (host checks stop strings between calls).
   refill_threshold: a chunk ends early once this many slots are free while requests wait.
-  order: "longest_first" admits requests by descending budget (stable), so the last rows to start
-    are short ones and slots drain together; "arrival" keeps the given order. Results are always in
-    request order, and draws do not depend on the order.
+  order: "arrival" (default) admits requests in the given order, nothing known about their lengths;
+    "longest_first" admits by descending budget (stable), for callers that know the budgets matter.
+    Results are always in request order, and draws do not depend on the order.
   cache_dtype: KV cache dtype; None follows the model config's compute dtype (bf16 on accelerators).
   refill: "continuous", or "static" (refill only once every slot is free: static batching on the same
-    kernels and memory, the baseline of experiments/bench_rollouts.py).
+    kernels and memory, a baseline of experiments/bench_rollouts.py).
+  mesh: a (data, fsdp, tensor) jax Mesh the slots, cache and params live on (None or one device: plain
+    jit). Every array the engine makes lives on this mesh; it need not span jax.devices().
+  max_prefill_tokens: most prompt tokens (rows x bucket, per batch device) one prefill call runs.
+  shrink: once no request waits and at most half the slots are live, move the live rows into half as
+    many slots (repeatedly, down to one per batch device), so the last rows of a call do not decode
+    beside empty slots (slots.compact; each device keeps its own rows).
   """
 
   def __init__(self, graphdef, tokenizer, params=None, *, slots: int | None = None,
                memory_budget_bytes: int | None = None, cache_length: int | None = None, chunk_tokens: int = 8,
-               refill_threshold: int = 1, order: str = "longest_first", cache_dtype: str | None = None,
-               refill: str = "continuous"):
+               refill_threshold: int = 1, order: str = "arrival", cache_dtype: str | None = None,
+               refill: str = "continuous", mesh=None, max_prefill_tokens: int = 2048, shrink: bool = True):
     if slots is None and memory_budget_bytes is None:
       raise ValueError("ContinuousEngine needs slots or memory_budget_bytes")
     if slots is not None and slots < 1:
@@ -92,94 +126,142 @@ class ContinuousEngine(RolloutEngine):
       raise ValueError(f"order {order!r} is not one of {QUEUE_ORDERS}")
     if refill not in REFILLS:
       raise ValueError(f"refill {refill!r} is not one of {REFILLS}")
+    if max_prefill_tokens < 1:
+      raise ValueError(f"max_prefill_tokens={max_prefill_tokens} is less than 1")
     self.refill = refill
-    self.graphdef, self.tokenizer, self.params = graphdef, tokenizer, params
+    self.graphdef, self.tokenizer = graphdef, tokenizer
     self._cache_dtype = cache_dtype
     self.slots, self.memory_budget_bytes, self.cache_length = slots, memory_budget_bytes, cache_length
     self.chunk_tokens, self.refill_threshold, self.order = chunk_tokens, refill_threshold, order
+    self.max_prefill_tokens, self.shrink = max_prefill_tokens, shrink
+    self.mesh = mesh
+    self.programs = slots_lib.SlotPrograms(mesh, None)
     self.stats = EngineStats()
+    self.params = self._source = self.model_config = None
     self._state = None  # SlotState reused across calls (its cache buffers are donated call to call)
+    if params is not None:
+      self.update_params(params)
+
+  # ---- weights -----------------------------------------------------------------------------------
 
   def update_params(self, params) -> None:
-    self.params = params
+    """Keeps the compute-dtype copy of `params` (cast once here, laid out on the mesh), not the
+    masters: the decode loop then converts no weight. The same object again is not re-cast."""
+    if params is self._source:
+      return
+    self._source = None
+    self.params = None  # drop the old copy before making the new one
+    self.model_config = graphdef_config(self.graphdef, params)
+    self.programs.head_dim = self.model_config.head_dim
+    self.params = self.programs.cast_params(params, self.model_config.dtype)
+    self._source = params
 
-  def _shape(self, need: int, max_bucket: int) -> tuple[int, int]:
-    length = self.cache_length or 1 << (need - 1).bit_length()
+  @property
+  def cache_dtype(self) -> str:
+    return str(jnp.dtype(self._cache_dtype or self.model_config.dtype))
+
+  # ---- shapes ------------------------------------------------------------------------------------
+
+  def _round(self, n: int) -> int:
+    d = self.programs.batch_divisor
+    return max(d, -(-n // d) * d)
+
+  def prefill_rows_cap(self, bucket: int) -> int:
+    """Most prompt rows one prefill call of this bucket runs (a power of two per batch device)."""
+    per_device = max(1, self.max_prefill_tokens // bucket)
+    return (1 << (per_device.bit_length() - 1)) * self.programs.batch_divisor
+
+  def max_slots(self, cache_length: int, max_bucket: int) -> int:
+    """The slot count the memory budget (or `slots`) allows for this cache length."""
+    if self.slots is not None:
+      return self._round(self.slots)
+    prefill_rows = self.prefill_rows_cap(max_bucket) // self.programs.batch_divisor
+    per_device = batching.slots_for_budget(self.model_config, cache_length, self.cache_dtype,
+                                           self.memory_budget_bytes, max_bucket, tensor=self.programs.tensor_size,
+                                           prefill_rows=prefill_rows)
+    return per_device * self.programs.batch_divisor
+
+  def _shape(self, need: int, max_bucket: int, rows: int) -> tuple[int, int]:
+    length = self.cache_length or _pow2_at_least(need)
     if need > length:
       raise ValueError(f"a request needs {need} cache columns (prompt bucket + max_new_tokens) but "
                        f"cache_length is {length}")
-    slots = self.slots
-    if slots is None:
-      slots = batching.slots_for_budget(self.model_config, length, self.cache_dtype, self.memory_budget_bytes,
-                                        max_bucket)
+    slots = min(self.max_slots(length, max_bucket), self._round(_pow2_at_least(rows)))
     return slots, length
 
-  def generate(self, requests, config: SamplingConfig, key) -> GenerationResult:
+  def _prefill_size(self, prompts: int, bucket: int) -> int:
+    return min(self._round(_pow2_at_least(prompts)), self.prefill_rows_cap(bucket))
+
+  def _ensure_state(self, key, slots: int, length: int):
+    state, self._state = self._state, None  # donated below; kept again at the end
+    if state is None or state.out_tokens.shape != (slots, self.chunk_tokens + 1) or \
+        state.cache[0].k.shape[1] != length or state.keys.dtype != key.dtype or \
+        state.cache[0].k.dtype != jnp.dtype(self.cache_dtype):
+      state = None  # free the old cache before allocating the new one
+      state = self.programs.init_slots(key, cfg=self.model_config, slots=slots, length=length,
+                                       chunk=self.chunk_tokens, cache_dtype=self.cache_dtype)
+    return state
+
+  # ---- generation --------------------------------------------------------------------------------
+
+  def generate(self, requests, config: SamplingConfig, key, on_finish: OnFinish | None = None) -> GenerationResult:
+    """config.n_samples completions per request. on_finish(row, tokens, text, finish_reason), if given,
+    is called on the host for each row as soon as it is final (its slot released), before this returns;
+    rows are prompt-major indices as in the result."""
     if self.params is None:
       raise ValueError("ContinuousEngine has no params: call update_params first")
-    self.model_config = graphdef_config(self.graphdef, self.params)
-    self.cache_dtype = str(jnp.dtype(self._cache_dtype or self.model_config.dtype))
     requests = as_requests(requests)
     prompt_ids = encode_prompts(self.tokenizer, [r.prompt for r in requests])
     eos_ids = _eos_ids(self.tokenizer, config)
     pad_id = _pad_id(self.tokenizer, eos_ids)
     buckets = [batching.bucket_length(len(ids), config.bucket_lengths) for ids in prompt_ids]
     budgets = [r.budget(config) for r in requests]
-    slots, length = self._shape(max(b + n for b, n in zip(buckets, budgets)), max(buckets))
+    n = config.n_samples
+    slots, length = self._shape(max(b + m for b, m in zip(buckets, budgets)), max(buckets), len(requests) * n)
     finders = {s: StopFinder(self.tokenizer, s) for s in {r.stops(config) for r in requests}}
     key = _as_key(key)
-    n = config.n_samples
-    rows = [_Row(i, j, budgets[i], finders[requests[i].stops(config)]) for i in range(len(requests))
-            for j in range(n)]
+    rows = [_Row(i, j, budgets[i], finders[requests[i].stops(config)], columns=buckets[i])
+            for i in range(len(requests)) for j in range(n)]
     order = range(len(requests))
     if self.order == "longest_first":
       order = sorted(order, key=lambda i: -budgets[i])
     queue = collections.deque(i * n + j for i in order for j in range(n))
 
-    state, self._state = self._state, None  # donated below; kept again at the end
-    if state is None or state.out_tokens.shape != (slots, self.chunk_tokens + 1) or \
-        state.cache[0].k.shape[1] != length or state.keys.dtype != key.dtype:
-      state = None  # free the old cache before allocating the new one
-      state = slots_lib.init_slots(key, cfg=self.model_config, slots=slots, length=length,
-                                   chunk=self.chunk_tokens, cache_dtype=self.cache_dtype)
-    stats = EngineStats(slots=slots, cache_length=length)
-    static = dict(sampler=config.sampler, eos_ids=eos_ids)
-    prefixes: dict[int, list] = {}  # request -> [Prefix, samples not yet inserted]
+    state = self._ensure_state(key, slots, length)
+    stats = self.stats = EngineStats(slots=slots, cache_length=length)
+    prefilled: dict[int, tuple[_Prefill, int]] = {}  # request -> (its prefill, its row there)
     in_slot: list[int | None] = [None] * slots
     host_done = np.zeros((slots,), bool)
     checked = [0] * len(rows)
     windows = slots_lib.windows(length)
     while True:
-      batch_busy = self.refill == "static" and any(r is not None for r in in_slot)
-      for b in range(slots):
-        if in_slot[b] is not None or not queue or batch_busy:
-          continue
-        r = queue.popleft()
-        row = rows[r]
-        if row.request not in prefixes:
-          prefixes[row.request] = [self._prefill(prompt_ids[row.request], buckets[row.request], pad_id), n]
-          stats.prefills += 1
-        entry = prefixes[row.request]
-        state = slots_lib.insert(state, entry[0], np.int32(b), key, np.int32(row.request), np.int32(row.sample),
-                                 np.int32(row.budget), **static)
-        stats.inserts += 1
-        entry[1] -= 1
-        if not entry[1]:
-          del prefixes[row.request]
-        in_slot[b], host_done[b] = r, False
+      if not (self.refill == "static" and any(r is not None for r in in_slot)):
+        # Free slots round-robin over the batch shards, so each device gets its share of the rows
+        # (and the drain can shrink every shard alike).
+        local = slots // self.programs.batch_divisor
+        free = sorted((b for b in range(slots) if in_slot[b] is None), key=lambda b: (b % local, b // local))
+        taken = [queue.popleft() for _ in range(min(len(free), len(queue)))]
+        if taken:
+          state = self._admit(state, taken, free, rows, prompt_ids, buckets, prefilled, key, config, eos_ids, pad_id)
+          for b, r in zip(free, taken):
+            in_slot[b], host_done[b] = r, False
       if all(r is None for r in in_slot):
         break
+      if self.shrink and not queue and self.refill == "continuous":
+        state, in_slot, host_done = self._shrink(state, in_slot, host_done)
+        slots = len(in_slot)
       refill_at = self.refill_threshold if queue and self.refill == "continuous" else slots + 1
       # Columns any live row reaches this chunk: its prompt bucket + tokens so far + the chunk.
-      reach = max(buckets[rows[r].request] + max(len(rows[r].tokens), 1) + self.chunk_tokens
-                  for r in in_slot if r is not None)
+      reach = max(rows[r].columns + max(len(rows[r].tokens), 1) + self.chunk_tokens for r in in_slot if r is not None)
       window = min(w for w in windows if w >= min(reach, length))
-      state, emitted = slots_lib.decode_chunk(self.graphdef, self.params, state, host_done.copy(),
-                                              np.int32(refill_at), window=window, **static)
+      state, emitted = self.programs.decode_chunk(self.graphdef, self.params, state, host_done.copy(),
+                                                  np.int32(refill_at), sampler=config.sampler, eos_ids=eos_ids,
+                                                  window=window)
       tokens, logprobs, count, done, steps = jax.device_get(emitted)
       host_done[:] = False
       stats.decode_calls += 1
       stats.windows[window] = stats.windows.get(window, 0) + 1
+      stats.slot_sizes[slots] = stats.slot_sizes.get(slots, 0) + 1
       stats.decode_steps += int(steps)
       stats.slot_steps += int(steps) * slots
       for b, r in enumerate(in_slot):
@@ -193,41 +275,128 @@ class ContinuousEngine(RolloutEngine):
             row.reason = "eos" if row.tokens[-1] in eos_ids else "length"
           in_slot[b] = None
           host_done[b] = not done[b]  # a stop-string row the device still thinks is live
+          self._release(r, row, on_finish)
         checked[r] = len(row.tokens)
     self._state = state
     stats.useful_slot_steps = sum(len(row.tokens) - 1 for row in rows)
-    self.stats = stats
     return self._result(rows, prompt_ids, n)
 
-  def precompile(self, config: SamplingConfig, prompt_buckets, key=0) -> None:
-    """Compiles every program a `generate` call with prompts in these buckets and budgets up to
-    config.max_new_tokens can need (prefill and insert per bucket, decode per window), so a timed or
-    latency-sensitive call compiles nothing. Runs no decode steps."""
+  def _admit(self, state, taken, free, rows, prompt_ids, buckets, prefilled, key, config, eos_ids, pad_id):
+    """Prefills the prompts of `taken` rows that have none yet (one batched call per bucket, at most
+    prefill_rows_cap rows each), then inserts every taken row into its free slot (one call per prefill
+    the rows come from)."""
+    stats = self.stats
+    new = list(dict.fromkeys(rows[r].request for r in taken if rows[r].request not in prefilled))
+    by_bucket: dict[int, list[int]] = {}
+    for i in new:
+      by_bucket.setdefault(buckets[i], []).append(i)
+    for bucket, group in by_bucket.items():
+      cap = self.prefill_rows_cap(bucket)
+      for start in range(0, len(group), cap):
+        part = group[start:start + cap]
+        p = self._prefill_size(len(part), bucket)
+        ids = np.full((p, bucket), pad_id, np.int32)
+        mask = np.zeros((p, bucket), np.int32)
+        index = np.zeros((p,), np.int32)
+        for k, i in enumerate(part):
+          ids[k, bucket - len(prompt_ids[i]):], mask[k, bucket - len(prompt_ids[i]):] = prompt_ids[i], 1
+          index[k] = i
+        prefix = self.programs.prefill_prompts(self.graphdef, self.params, ids, mask, index, key,
+                                               n_samples=config.n_samples, sampler=config.sampler,
+                                               cache_dtype=self.cache_dtype)
+        handle = _Prefill(prefix, config.n_samples * len(part), part)
+        for k, i in enumerate(part):
+          prefilled[i] = (handle, k)
+        stats.prefills += 1
+        stats.prefill_rows += p
+        stats.prompts += len(part)
+    groups: dict[int, tuple[_Prefill, list]] = {}  # id(prefill) -> (prefill, [(slot, row)])
+    for b, r in zip(free, taken):
+      handle = prefilled[rows[r].request][0]
+      groups.setdefault(id(handle), (handle, []))[1].append((b, r))
+    for handle, entries in groups.values():
+      admit = self.programs.admit_arrays(state.done.shape[0])
+      for k, (b, r) in enumerate(entries):
+        row = rows[r]
+        admit.slot[k], admit.row[k] = b, prefilled[row.request][1]
+        admit.request[k], admit.sample[k], admit.budget[k] = row.request, row.sample, row.budget
+      state = self.programs.insert(state, handle.prefix, admit._replace(count=np.int32(len(entries))), key,
+                                   eos_ids=eos_ids)
+      stats.inserts += len(entries)
+      handle.waiting -= len(entries)
+      if not handle.waiting:  # every sample of its prompts is in a slot: drop the prefix
+        for i in handle.requests:
+          del prefilled[i]
+    return state
+
+  def _shrink(self, state, in_slot, host_done):
+    """Halves the slots (as often as it can) when at most half are live: each batch shard keeps its
+    own live rows, so the new count is the batch divisor x a power of two holding the fullest shard."""
+    d = self.programs.batch_divisor
+    local = len(in_slot) // d
+    shards = [[b for b in range(i * local, (i + 1) * local) if in_slot[b] is not None] for i in range(d)]
+    need = _pow2_at_least(max(len(x) for x in shards))
+    if 2 * need > local:
+      return state, in_slot, host_done
+    keep = np.zeros((d * need,), np.int32)
+    valid = np.zeros((d * need,), bool)
+    new_in_slot: list[int | None] = [None] * (d * need)
+    for i, live in enumerate(shards):
+      for k, b in enumerate(live):
+        keep[i * need + k], valid[i * need + k], new_in_slot[i * need + k] = b - i * local, True, in_slot[b]
+    # Rows the host ended (stop strings) are not live: they stay behind, and no new slot needs host_done.
+    return self.programs.compact(state, keep, valid), new_in_slot, np.zeros((d * need,), bool)
+
+  def _release(self, r: int, row: _Row, on_finish: OnFinish | None) -> None:
+    if self.tokenizer is not None:
+      text = self.tokenizer.decode(row.tokens, skip_special_tokens=True)
+      row.text = row.finder.cut(text) if row.reason == "stop" else text
+    if on_finish is not None:
+      on_finish(r, np.asarray(row.tokens, np.int32), row.text, row.reason)
+
+  def precompile(self, config: SamplingConfig, prompt_buckets, key=0, rows: int | None = None) -> None:
+    """Compiles every program a `generate` call of `rows` rows (None: as many as the slots allow),
+    prompts in these buckets and budgets up to config.max_new_tokens can need (prefill and insert per
+    bucket and prefill size, decode per window), so a timed or latency-sensitive call compiles
+    nothing. Runs no decode steps."""
     if self.params is None:
       raise ValueError("ContinuousEngine has no params: call update_params first")
-    self.model_config = graphdef_config(self.graphdef, self.params)
-    self.cache_dtype = str(jnp.dtype(self._cache_dtype or self.model_config.dtype))
     eos_ids = _eos_ids(self.tokenizer, config)
     pad_id = _pad_id(self.tokenizer, eos_ids)
     key = _as_key(key)
-    slots, length = self._shape(max(prompt_buckets) + config.max_new_tokens, max(prompt_buckets))
-    state = slots_lib.init_slots(key, cfg=self.model_config, slots=slots, length=length,
-                                 chunk=self.chunk_tokens, cache_dtype=self.cache_dtype)
-    static = dict(sampler=config.sampler, eos_ids=eos_ids)
+    length = self.cache_length or _pow2_at_least(max(prompt_buckets) + config.max_new_tokens)
+    most = self.max_slots(length, max(prompt_buckets))
+    slots, length = self._shape(max(prompt_buckets) + config.max_new_tokens, max(prompt_buckets),
+                                most if rows is None else rows)
+    self._state = None
+    state = self._ensure_state(key, slots, length)
+    # New prompts admitted at once: each brings n samples into free slots, so at most slots / n
+    # (rounded up; a prompt whose samples straddle two admissions was prefilled in the first).
+    most_prompts = -(-slots // config.n_samples)
     for bucket in sorted(set(prompt_buckets)):
-      prefix = self._prefill([pad_id], bucket, pad_id)
-      state = slots_lib.insert(state, prefix, np.int32(0), key, np.int32(0), np.int32(0), np.int32(1), **static)
-    all_done = np.ones((slots,), bool)
-    for window in slots_lib.windows(length):
-      state, _ = slots_lib.decode_chunk(self.graphdef, self.params, state, all_done, np.int32(slots + 1),
-                                        window=window, **static)
-    self._state = jax.block_until_ready(state)
-
-  def _prefill(self, ids, bucket: int, pad_id: int):
-    padded = np.full((1, bucket), pad_id, np.int32)
-    mask = np.zeros((1, bucket), np.int32)
-    padded[0, bucket - len(ids):], mask[0, bucket - len(ids):] = ids, 1
-    return slots_lib.prefill_prompt(self.graphdef, self.params, padded, mask, cache_dtype=self.cache_dtype)
+      sizes = sorted({self._prefill_size(c, bucket) for c in range(1, most_prompts + 1)})
+      for p in sizes:
+        prefix = self.programs.prefill_prompts(
+            self.graphdef, self.params, np.full((p, bucket), pad_id, np.int32), np.ones((p, bucket), np.int32),
+            np.zeros((p,), np.int32), key, n_samples=config.n_samples, sampler=config.sampler,
+            cache_dtype=self.cache_dtype)
+        state = self.programs.insert(state, prefix, self.programs.admit_arrays(slots), key, eos_ids=eos_ids)
+    d = self.programs.batch_divisor
+    states = {slots: state}  # every slot count shrinking can reach, from the largest down
+    if self.shrink:
+      p = _pow2_at_least(slots // d)
+      while p > 1:
+        p //= 2
+        for size in [s for s in states if 2 * p * d <= s]:
+          keep, valid = np.zeros((d * p,), np.int32), np.zeros((d * p,), bool)
+          states[d * p] = self.programs.compact(states[size], keep, valid)
+    for size, st in sorted(states.items(), reverse=True):
+      all_done = np.ones((size,), bool)
+      for window in slots_lib.windows(length):
+        st, _ = self.programs.decode_chunk(self.graphdef, self.params, st, all_done, np.int32(size + 1),
+                                           sampler=config.sampler, eos_ids=eos_ids, window=window)
+      states[size] = st
+    self._state = jax.block_until_ready(states[slots])
 
   @staticmethod
   def _finish(row: _Row, checked: int, eos_ids) -> bool:
@@ -242,12 +411,6 @@ class ContinuousEngine(RolloutEngine):
     return True
 
   def _result(self, rows: list[_Row], prompt_ids, n: int) -> GenerationResult:
-    texts = None
-    if self.tokenizer is not None:
-      texts = []
-      for row in rows:
-        text = self.tokenizer.decode(row.tokens, skip_special_tokens=True)
-        texts.append(row.finder.cut(text) if row.reason == "stop" else text)
     index = np.arange(len(rows))
     return GenerationResult(
         prompt_index=index // n, sample_index=index % n,
@@ -255,4 +418,5 @@ class ContinuousEngine(RolloutEngine):
         tokens=[np.asarray(row.tokens, np.int32) for row in rows],
         logprobs=[np.asarray(row.logprobs, np.float32) for row in rows],
         lengths=np.asarray([len(row.tokens) for row in rows], np.int32),
-        finish_reasons=[row.reason for row in rows], texts=texts)
+        finish_reasons=[row.reason for row in rows],
+        texts=None if self.tokenizer is None else [row.text for row in rows])

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from compassplay_jax.sampling import slots as slots_lib
 from compassplay_jax.sampling.config import SamplingConfig
 from compassplay_jax.sampling.continuous import ContinuousEngine
-from compassplay_jax.sampling.generate import GenerationResult, generate
+from compassplay_jax.sampling.generate import GenerationResult, generate, graphdef_config
 from compassplay_jax.sampling.rollout_engine import Request, RolloutEngine, as_requests
 
 __all__ = ["ENGINES", "Request", "RolloutEngine", "as_requests", "StaticEngine", "ContinuousEngine",
@@ -32,12 +33,26 @@ class StaticEngine(RolloutEngine):
   """
 
   def __init__(self, graphdef, tokenizer, params=None, device_fns=None):
-    self.graphdef, self.tokenizer, self.params, self.device_fns = graphdef, tokenizer, params, device_fns
+    self.graphdef, self.tokenizer, self.device_fns = graphdef, tokenizer, device_fns
+    self._programs = slots_lib.SlotPrograms(getattr(device_fns, "mesh", None))
+    self.params = self._source = None
+    if params is not None:
+      self.update_params(params)
 
   def update_params(self, params) -> None:
-    self.params = params
+    """Keeps the compute-dtype copy of `params` (cast once here, on device_fns' mesh if any), so the
+    decode loop converts no weight. The same object again is not re-cast."""
+    if params is self._source:
+      return
+    self.params = self._source = None
+    cfg = graphdef_config(self.graphdef, params)
+    self._programs.head_dim = cfg.head_dim
+    self.params = self._programs.cast_params(params, cfg.dtype)
+    self._source = params
 
-  def generate(self, requests, config: SamplingConfig, key) -> GenerationResult:
+  def generate(self, requests, config: SamplingConfig, key, on_finish=None) -> GenerationResult:
+    """on_finish(row, tokens, text, finish_reason), if given, is called for the rows of each
+    micro-batch when it ends (rows prompt-major, as in the result), before this returns."""
     if self.params is None:
       raise ValueError("StaticEngine has no params: call update_params first")
     requests = as_requests(requests)
@@ -48,8 +63,11 @@ class StaticEngine(RolloutEngine):
     parts = []
     for (budget, stops), index in groups.items():
       cfg = config.replace(max_new_tokens=budget, stop_strings=stops)
+      report = None
+      if on_finish is not None:
+        report = lambda r, *rest, index=index: on_finish(index[r // n] * n + r % n, *rest)
       res = generate(self.graphdef, self.params, self.tokenizer, [requests[i].prompt for i in index], cfg, key,
-                     device_fns=self.device_fns, key_index=index)
+                     device_fns=self.device_fns, key_index=index, on_finish=report)
       parts.append((index, res))
     if len(parts) == 1:
       return parts[0][1]

@@ -99,7 +99,7 @@ def _run_micro_batch(graphdef, params, mb: batching.MicroBatch, key, config: Sam
 
 
 def generate(graphdef, params, tokenizer, prompts: Sequence[str] | Sequence[Sequence[int]],
-             config: SamplingConfig, key, device_fns=None, key_index=None) -> GenerationResult:
+             config: SamplingConfig, key, device_fns=None, key_index=None, on_finish=None) -> GenerationResult:
   """Samples `config.n_samples` completions for each prompt (text or token ids).
 
   graphdef, params: `nnx.split(model)`; params may be sharded over a mesh. key: a PRNG key (or int
@@ -109,6 +109,8 @@ def generate(graphdef, params, tokenizer, prompts: Sequence[str] | Sequence[Sequ
   to run them with explicit shardings on a mesh; None uses the plain jitted ones.
   key_index: the number each prompt's keys are folded with (default its position), so a caller that
   splits one request list into several calls (engine.StaticEngine) keeps each request's draws.
+  on_finish: called as on_finish(row, tokens, text, finish_reason) for the rows of each micro-batch
+  when it ends (rows prompt-major, as in the result), before this returns.
   """
   if not prompts:
     raise ValueError("prompts is empty")
@@ -121,6 +123,7 @@ def generate(graphdef, params, tokenizer, prompts: Sequence[str] | Sequence[Sequ
   n_rows = len(prompt_ids) * config.n_samples
   out_tokens, out_lp = [None] * n_rows, [None] * n_rows
   out_len, out_reason = np.zeros((n_rows,), np.int32), [None] * n_rows
+  texts = None if tokenizer is None else [None] * n_rows
   if key_index is not None:
     key_index = np.asarray(key_index, np.int32)
     if key_index.shape != (len(prompt_ids),):
@@ -133,11 +136,11 @@ def generate(graphdef, params, tokenizer, prompts: Sequence[str] | Sequence[Sequ
         r, g = p * config.n_samples + j, int(mb.prompt_index[p]) * config.n_samples + j
         out_tokens[g], out_lp[g] = tokens[r, :lengths[r]].copy(), logprobs[r, :lengths[r]].copy()
         out_len[g], out_reason[g] = lengths[r], reasons[r]
-  texts = None
-  if tokenizer is not None:
-    texts = [finder.cut(tokenizer.decode(t.tolist(), skip_special_tokens=True)) if why == "stop"
-             else tokenizer.decode(t.tolist(), skip_special_tokens=True)
-             for t, why in zip(out_tokens, out_reason)]
+        if tokenizer is not None:
+          text = tokenizer.decode(out_tokens[g].tolist(), skip_special_tokens=True)
+          texts[g] = finder.cut(text) if out_reason[g] == "stop" else text
+        if on_finish is not None:
+          on_finish(g, out_tokens[g], None if texts is None else texts[g], out_reason[g])
   rows = np.arange(n_rows)
   return GenerationResult(
       prompt_index=rows // config.n_samples, sample_index=rows % config.n_samples,

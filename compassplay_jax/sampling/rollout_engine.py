@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Sequence
+from typing import Callable, Sequence
+
+import numpy as np
 
 from compassplay_jax.sampling.config import SamplingConfig
 from compassplay_jax.sampling.generate import GenerationResult
@@ -63,5 +65,10 @@ class RolloutEngine(abc.ABC):
 
   @abc.abstractmethod
   def generate(self, requests: Sequence[Request | str | Sequence[int]], config: SamplingConfig,
-               key) -> GenerationResult:
-    """config.n_samples completions per request."""
+               key, on_finish: Callable[[int, np.ndarray, str | None, str], None] | None = None
+               ) -> GenerationResult:
+    """config.n_samples completions per request.
+
+    on_finish(row, tokens, text, finish_reason), if given, is called on the host once per row as soon
+    as that row is final (before generate returns), with the row's prompt-major index and the same
+    tokens and text the result will hold: a caller can start verifying rows while others decode."""

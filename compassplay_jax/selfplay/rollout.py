@@ -32,10 +32,15 @@ def reward_config(reward) -> RewardConfig:
 
 def sampling_config(config, *, n_samples: int = 1, max_new_tokens: int | None = None,
                     stop_strings: Sequence[str] = ()) -> SamplingConfig:
-  """config.sampling's SamplingConfig fields, for one call's sample count, budget and stop strings."""
+  """config.sampling's SamplingConfig fields, for one call's sample count, budget and stop strings;
+  prompt buckets reach config.sampling.max_prompt_tokens (the longest text prompt `sample` keeps) and
+  that plus max_new_tokens (id prompts that continue a generated segment)."""
+  from compassplay_jax.sampling.batching import prompt_buckets
   return dataclass_from(SamplingConfig, config.sampling, n_samples=n_samples,
                         max_new_tokens=max_new_tokens or config.sampling.max_new_tokens,
-                        stop_strings=tuple(stop_strings))
+                        stop_strings=tuple(stop_strings),
+                        bucket_lengths=prompt_buckets(config.sampling.max_prompt_tokens,
+                                                      config.sampling.max_new_tokens))
 
 
 def truncate_prompt(tokenizer, text: str, max_tokens: int) -> list[int]:

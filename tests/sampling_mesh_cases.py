@@ -1,0 +1,125 @@
+"""The continuous engine on 8 simulated devices equals the one-device engine (fp32, tiny model).
+
+Run by tests/test_sampling_mesh.py in a subprocess with 8 simulated CPU devices (the device count is
+fixed before jax is imported). For meshes (2,2,2), (8,1,1) and (1,2,4) (kv heads replicated: 2 kv
+heads do not split 4 ways), sampled rows with eos, stop-free budgets of 1..20 and 2 samples per
+prompt through more requests than slots: the same tokens (exactly) and log-probs (to 1e-5: tensor
+splits change float summation order) as the engine on one device, the slot state laid out as the
+rules say, slots from a per-device memory budget times the batch devices, and on_finish reports.
+"""
+import os
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from flax import nnx  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+from compassplay_jax import sharding as sh  # noqa: E402
+from compassplay_jax.models.config import ModelConfig  # noqa: E402
+from compassplay_jax.models.decoder import init_decoder  # noqa: E402
+from compassplay_jax.sampling import SamplingConfig, batching  # noqa: E402
+from compassplay_jax.sampling.continuous import ContinuousEngine  # noqa: E402
+from compassplay_jax.sampling.engine import Request  # noqa: E402
+
+if jax.device_count() != 8:
+  pytest.skip(f"needs 8 devices, have {jax.device_count()}", allow_module_level=True)
+
+CFG = ModelConfig(vocab_size=97, hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2)
+PROMPT_LENGTHS = (9, 3, 20, 5, 14, 2, 11, 7, 16, 4)
+BUDGETS = (12, 6, 20, 1, 12, 17, 9, 20, 3, 14)
+# Five eos ids: a random model picks one in ~5% of steps, so some rows end on eos and some at budget.
+CONFIG = SamplingConfig(temperature=1.0, top_p=0.95, max_new_tokens=20, n_samples=2, eos_ids=(3, 4, 5, 6, 7),
+                        bucket_lengths=(8, 16, 32))
+
+
+def _requests():
+  rng = np.random.default_rng(0)
+  return [Request([int(t) for t in rng.integers(8, CFG.vocab_size, n)], max_new_tokens=b)
+          for n, b in zip(PROMPT_LENGTHS, BUDGETS)]
+
+
+@pytest.fixture(scope="module")
+def model():
+  graphdef, params = nnx.split(init_decoder(CFG, seed=3))
+  engine = ContinuousEngine(graphdef, None, params, slots=8, chunk_tokens=4, cache_length=64)
+  want = engine.generate(_requests(), CONFIG, jax.random.key(5))
+  assert {"eos", "length"} <= set(want.finish_reasons)  # both stop conditions occur
+  assert engine.stats.inserts == len(want) and engine.stats.prefills < engine.stats.prompts
+  return graphdef, params, want
+
+
+@pytest.mark.parametrize("shape", [(2, 2, 2), (8, 1, 1), (1, 2, 4)], ids=["dp2fsdp2tp2", "dp8", "fsdp2tp4"])
+def test_sharded_engine_equals_one_device(model, shape):
+  graphdef, params, want = model
+  mesh = sh.make_mesh(shape)
+  divisor = sh.batch_divisor(mesh)
+  # 4 slots per device by the budget: exactly what four slots and a one-row prefill need.
+  tensor = mesh.shape["tensor"]
+  budget = 4 * batching.bytes_per_slot(CFG, 64, "float32", tensor) + batching.bytes_per_row(CFG, 32, 0)
+  engine = ContinuousEngine(graphdef, None, params, memory_budget_bytes=budget, chunk_tokens=4, cache_length=64,
+                            mesh=mesh, max_prefill_tokens=32)
+  reported = {}
+  got = engine.generate(_requests(), CONFIG, jax.random.key(5),
+                        on_finish=lambda r, t, text, why: reported.setdefault(r, (t, why)))
+  slots = min(4 * divisor, 32)  # the budget's, or the call's 20 rows rounded up to a power of two
+  assert engine.stats.slots == slots
+  assert min(engine.stats.slot_sizes) < slots  # the drain shrank the slots (each device its own rows)
+  for r in range(len(want)):
+    np.testing.assert_array_equal(got.tokens[r], want.tokens[r], err_msg=f"row {r} on {shape}")
+    np.testing.assert_allclose(got.logprobs[r], want.logprobs[r], atol=1e-5, err_msg=f"row {r} on {shape}")
+    assert got.finish_reasons[r] == want.finish_reasons[r]
+    np.testing.assert_array_equal(reported[r][0], want.tokens[r])
+  assert sorted(reported) == list(range(len(want)))
+  # Every array of the slot state lives on this mesh: slots over (data, fsdp), kv heads over tensor.
+  state = engine._state
+  for layer in state.cache:
+    for cache in layer:
+      assert cache.sharding.mesh.shape == mesh.shape
+      assert cache.sharding.spec == sh.fit_spec(P(sh.BATCH_AXES, None, "tensor"), cache.shape, mesh)
+      assert cache.sharding.spec[0] is not None  # slots really split
+  assert state.done.sharding.spec == sh.fit_spec(P(sh.BATCH_AXES), state.done.shape, mesh)
+  for path, leaf in jax.tree_util.tree_leaves_with_path(engine.params):
+    assert leaf.sharding.spec == sh.param_spec(sh.path_str(path), leaf.shape, mesh, CFG.head_dim)
+
+
+def test_decode_chunk_keeps_the_cache_split(model):
+  """The sharded decode program never gathers a whole KV cache onto one device."""
+  graphdef, params, _ = model
+  mesh = sh.make_mesh((2, 2, 2))
+  engine = ContinuousEngine(graphdef, None, params, slots=8, chunk_tokens=4, cache_length=64, mesh=mesh)
+  engine.precompile(CONFIG, (8,), 0)
+  state = engine._state
+  host_done = np.ones((8,), bool)
+  jitted = engine.programs.decode_chunk_jit(graphdef, engine.params, state, host_done, np.int32(9),
+                                            sampler=CONFIG.sampler, eos_ids=CONFIG.eos_ids, window=64)
+  hlo = jitted.lower(engine.params, state, host_done, np.int32(9)).compile().as_text()
+  full = f"f32[8,64,{CFG.num_key_value_heads},{CFG.head_dim}]"
+  gathers = [line for line in hlo.splitlines() if "all-gather" in line and full in line]
+  assert not gathers, gathers[:3]
+
+
+def test_shrinking_keeps_each_devices_own_rows():
+  """slots.compact on the mesh (shard_map, local indices) equals the one-device gather of the same
+  global rows, and the new slots stay split over the batch axes."""
+  from compassplay_jax.sampling import slots as slots_lib
+  mesh = sh.make_mesh((2, 2, 2))
+  on_mesh, one = slots_lib.SlotPrograms(mesh, CFG.head_dim), slots_lib.SlotPrograms(None)
+  state = one.init_slots(jax.random.key(0), cfg=CFG, slots=8, length=16, chunk=2, cache_dtype="float32")
+  rng = np.random.default_rng(1)
+  state = state._replace(first_col=np.arange(8, dtype=np.int32) * 3, done=np.zeros((8,), bool),
+                         cache=[type(c)(*(rng.normal(size=c.k.shape).astype(np.float32) for _ in range(2)))
+                                for c in state.cache])
+  keep, valid = np.array([1, 0, 1, 0], np.int32), np.array([True, False, True, True])
+  want = one.compact(state, np.arange(4) * 2 + keep, valid)  # 2 slots per shard: global = 2 * shard + local
+  placed = jax.device_put(state, jax.tree.map(lambda s: s, on_mesh._rows(state)))
+  got = on_mesh.compact(placed, keep, valid)
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
+      a, b = jax.random.key_data(a), jax.random.key_data(b)
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert list(np.asarray(got.done)) == [False, True, False, False]
+  assert got.cache[0].k.sharding.spec == sh.fit_spec(P(sh.BATCH_AXES, None, "tensor"), (4, 16, 2, 8), mesh)

@@ -226,7 +226,12 @@ def analyse(candidates: list[dict], m: dict, resamples: int, seed: int) -> dict:
     proxies = {"cosine": cos[keep], "inner product": ip[keep], "1 - solve rate": difficulty[keep],
                "control: -‖g‖": -norm[keep]}  # the curvature term lr²/2·gᵀHg grows with ‖g‖²
     rows[name] = proxy.proxy_rows(drops[keep], lrs, proxies, resamples=resamples, seed=seed)
-  return {"rows": rows, "first_order": [proxy.first_order(drops[:, j], ip, lr) for j, lr in enumerate(lrs)],
+  rates = np.asarray([c["solve_rate"] for c in candidates])
+  classes = {"s = 0 (gold answer)": rates == 0, "0 < s < 1 (in band)": band, "s = 1": rates == 1}
+  groups = [{"class": name, "n": int(keep.sum()), "distinct": int((keep & distinct).sum()),
+             "mean_cosine": float(cos[keep].mean()), "median_norm": float(np.median(norm[keep])),
+             "mean_drop": [float(x) for x in drops[keep].mean(axis=0)]} for name, keep in classes.items() if keep.any()]
+  return {"rows": rows, "groups": groups, "first_order": [proxy.first_order(drops[:, j], ip, lr) for j, lr in enumerate(lrs)],
           "n": len(candidates), "n_in_band": int(band.sum()), "n_distinct": int(distinct.sum()),
           "step_cosine_max_abs_diff": float(np.nanmax(np.abs(step_cos - cos))) if np.isfinite(step_cos).any() else None,
           "spearman_cosine_vs_inner_product": proxy.spearman(cos, ip),
@@ -238,20 +243,33 @@ def markdown(analysis: dict, m: dict, header: str) -> str:
            "|---|---|---|---|---|---|"]
   for name, rows in analysis["rows"].items():
     lines += proxy.markdown_rows(rows, name)
-  lines += ["", "First-order prediction lr·⟨g, g_ref⟩ against the measured drop (all valid candidates):", "",
-            "| step size | n | Pearson r | Spearman rho | slope through 0 | median drop / prediction | "
-            "max \\|drop − prediction\\| / max \\|prediction\\| |", "|---|---|---|---|---|---|---|"]
+  lines += ["", "First-order prediction lr·⟨g, g_ref⟩ against the measured drop (all valid candidates; step "
+            "norm = lr·‖g‖):", "",
+            "| step size | median step norm | n | Pearson r | Spearman rho | slope through 0 | median drop / prediction | "
+            "max \\|drop − prediction\\| / max \\|prediction\\| | sign of prediction right | drop > 0 |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+  norm = float(np.median(np.sqrt(np.asarray(m["sq_norms"]))))
   for f in analysis["first_order"]:
-    lines.append(f"| {f['lr']:g} | {f['n']} | {f['pearson']:+.3f} | {f['spearman']:+.3f} | {f['slope']:.3f} | "
-                 f"{f['median_ratio']:.3f} | {f['max_rel_error']:.3f} |")
-  drops = np.asarray(m["drops"])
-  lines += ["", f"L_ref(θ) = {m['before']:.6f}; ‖g_ref‖ = {math.sqrt(m['ref_sq_norm']):.4g}; "
-            f"zero-step drops (noise floor) {', '.join(f'{x:.1e}' for x in m['zero_step_drops'])}; "
-            + "; ".join(f"drop at {lr:g}: median {np.median(drops[:, j]):.3g}, range [{drops[:, j].min():.3g}, "
-                        f"{drops[:, j].max():.3g}]" for j, lr in enumerate(m["lrs"])),
-            f"Spearman(cosine, inner product) = {analysis['spearman_cosine_vs_inner_product']:+.2f}; "
-            f"Spearman(cosine, 1 − s) = {analysis['spearman_cosine_vs_difficulty']:+.2f}; "
-            f"max |step cosine − recomputed cosine| = {analysis['step_cosine_max_abs_diff']}"]
+    lines.append(f"| {f['lr']:g} | {f['lr'] * norm:.2g} | {f['n']} | {f['pearson']:+.3f} | {f['spearman']:+.3f} | "
+                 f"{f['slope']:.3f} | {f['median_ratio']:.3f} | {f['max_rel_error']:.3f} | {f['sign_agrees']:.0%} | "
+                 f"{f['positive']:.0%} |")
+  lines += ["", "By solve rate (g(x̃) is taken on the first correct sample, or on the gold answer when none is):", "",
+            "| candidates | n | distinct | mean cosine | median ‖g‖ | "
+            + " | ".join(f"mean drop at {lr:g}" for lr in m["lrs"]) + " |", "|---|---|---|---|---|" + "---|" * len(m["lrs"])]
+  for g in analysis["groups"]:
+    lines.append(f"| {g['class']} | {g['n']} | {g['distinct']} | {g['mean_cosine']:+.4f} | {g['median_norm']:.1f} | "
+                 + " | ".join(f"{d:+.2e}" for d in g["mean_drop"]) + " |")
+  drops, cos, norms = np.asarray(m["drops"]), np.asarray(m["cosines"]), np.sqrt(np.asarray(m["sq_norms"]))
+  lines += ["",
+            f"- L_ref(θ) = {m['before']:.6f}, ‖g_ref‖ = {math.sqrt(m['ref_sq_norm']):.4g}; cosines in "
+            f"[{cos.min():+.3f}, {cos.max():+.3f}] (median |cos| {np.median(np.abs(cos)):.3f}); ‖g‖ in "
+            f"[{norms.min():.1f}, {norms.max():.1f}]",
+            "- drops: " + "; ".join(f"at {lr:g} median {np.median(drops[:, j]):+.3g}, range "
+                                     f"[{drops[:, j].min():+.3g}, {drops[:, j].max():+.3g}]" for j, lr in enumerate(m["lrs"])),
+            f"- noise floor (a zero step through the same program): drops {', '.join(f'{x:.1e}' for x in m['zero_step_drops'])}",
+            f"- Spearman(cosine, inner product) = {analysis['spearman_cosine_vs_inner_product']:+.2f}; "
+            f"Spearman(cosine, 1 − s) = {analysis['spearman_cosine_vs_difficulty']:+.2f}; the step's own cosines "
+            f"against these: max |difference| {analysis['step_cosine_max_abs_diff']:.1e}"]
   return "\n".join(lines) + "\n"
 
 
@@ -263,12 +281,12 @@ def scatter(candidates: list[dict], m: dict, path: pathlib.Path) -> None:
   lrs, drops = m["lrs"], np.asarray(m["drops"])
   ip = np.asarray(m["inner_products"])
   band = np.asarray([c["in_band"] for c in candidates], bool)
-  xs = {"cosine": np.asarray(m["cosines"]), "⟨g, g_ref⟩": ip,
-        "1 − solve rate": 1.0 - np.asarray([c["solve_rate"] for c in candidates])}
+  xs = {"cosine": np.asarray(m["cosines"]), "<g, g_ref>": ip,
+        "1 - solve rate": 1.0 - np.asarray([c["solve_rate"] for c in candidates])}
   fig, axes = plt.subplots(len(lrs), 4, figsize=(13, 2.8 * len(lrs)), squeeze=False)
   for j, lr in enumerate(lrs):
     y = drops[:, j]
-    panels = list(xs.items()) + [(f"lr·⟨g, g_ref⟩", lr * ip)]
+    panels = list(xs.items()) + [("first-order prediction lr·<g, g_ref>", lr * ip)]
     for k, (label, x) in enumerate(panels):
       ax = axes[j, k]
       ax.scatter(x[~band], y[~band], s=14, c="tab:gray", label="valid, s ∈ {0, 1}")
@@ -277,7 +295,10 @@ def scatter(candidates: list[dict], m: dict, path: pathlib.Path) -> None:
       if k == 3:
         lo, hi = min(x.min(), y.min()), max(x.max(), y.max())
         ax.plot([lo, hi], [lo, hi], lw=0.8, c="tab:red", label="drop = prediction")
-      ax.set_title(f"lr {lr:g}: rho {proxy.spearman(x, y):+.2f}", fontsize=9)
+      ax.set_title(f"SGD lr {lr:g}: Spearman {proxy.spearman(x, y):+.2f} (all {len(y)})", fontsize=9)
+      ax.ticklabel_format(style="sci", scilimits=(-2, 3), useMathText=True)
+      ax.yaxis.get_offset_text().set_fontsize(7)
+      ax.xaxis.get_offset_text().set_fontsize(7)
       ax.set_xlabel(label, fontsize=9)
       if k == 0:
         ax.set_ylabel("L_ref drop after one SGD step", fontsize=8)

@@ -111,6 +111,9 @@ def test_proxy_rows_and_first_order():
   f = proxy.first_order(1e-3 * ip * 0.5, ip, lr=1e-3)   # drops exactly half the prediction
   assert f["slope"] == pytest.approx(0.5) and f["median_ratio"] == pytest.approx(0.5)
   assert f["pearson"] == pytest.approx(1.0) and f["max_rel_error"] == pytest.approx(0.5)
+  assert f["sign_agrees"] == 1.0 and f["positive"] == 0.75
+  f = proxy.first_order(np.asarray([1e-3, -2e-3, -1e-3, -1e-3]), ip, lr=1e-3)  # predicted signs +, -, +, +
+  assert f["sign_agrees"] == 0.5 and f["positive"] == 0.25
   with pytest.raises(ValueError, match="want"):
     proxy.proxy_rows(drops, [1e-4], {"a": x})
 

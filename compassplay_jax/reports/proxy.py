@@ -90,14 +90,17 @@ def proxy_rows(drops: np.ndarray, lrs: Sequence[float], proxies: dict[str, Seque
 def first_order(drops: Sequence[float], inner_products: Sequence[float], lr: float) -> dict:
   """The first-order prediction lr·⟨g, g_ref⟩ against the measured drops at one step size: Pearson r,
   Spearman rho, the least-squares slope through the origin (1 when the prediction is exact), the
-  median ratio drop / prediction, and the largest |drop − prediction| relative to max |prediction|."""
+  median ratio drop / prediction, the largest |drop − prediction| relative to max |prediction|, the
+  share of drops with the prediction's sign, and the share of positive drops (the step helped)."""
   drops, pred = np.asarray(drops, np.float64), float(lr) * np.asarray(inner_products, np.float64)
   scale = float(np.max(np.abs(pred))) if pred.size else 0.0
   nonzero = np.abs(pred) > 0
   return {"lr": float(lr), "n": int(drops.size), "pearson": pearson(pred, drops), "spearman": spearman(pred, drops),
           "slope": float(np.dot(pred, drops) / np.dot(pred, pred)) if scale > 0 else math.nan,
           "median_ratio": float(np.median(drops[nonzero] / pred[nonzero])) if nonzero.any() else math.nan,
-          "max_rel_error": float(np.max(np.abs(drops - pred)) / scale) if scale > 0 else math.nan}
+          "max_rel_error": float(np.max(np.abs(drops - pred)) / scale) if scale > 0 else math.nan,
+          "sign_agrees": float(np.mean(np.sign(drops) == np.sign(pred))) if drops.size else math.nan,
+          "positive": float(np.mean(drops > 0)) if drops.size else math.nan}
 
 
 def _num(value: float, fmt: str) -> str:

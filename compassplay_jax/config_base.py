@@ -83,10 +83,10 @@ def check_config(config) -> None:
                       f"{RECOMPUTE_LOGPROBS}")
   if config.train.kl_coef < 0:
     raise ConfigError(f"config.train.kl_coef={config.train.kl_coef} is negative")
-  if config.train.get("fresh_optimizer") and config.train.schedule != "constant":
+  if config.train.fresh_optimizer and config.train.schedule != "constant":
     raise ConfigError(f"config.train.fresh_optimizer restarts the schedule every step: use schedule='constant' "
                       f"(warmup_steps then counts within each step), not {config.train.schedule!r}")
-  if config.train.get("ppo_mini_batches", 1) < 1:
+  if config.train.ppo_mini_batches < 1:
     raise ConfigError(f"config.train.ppo_mini_batches={config.train.ppo_mini_batches}: must be >= 1")
   if config.reward.name == "soar_utility":
     r = config.reward
@@ -146,7 +146,7 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.sampling.max_new_tokens = 512
   config.sampling.max_prompt_tokens = 2048
   config.sampling.micro_batch_size = 32  # static engine: rows generated at once
-  config.sampling.engine = "static"  # static | continuous (continuous batching; docs/sampling.md)
+  config.sampling.engine = "continuous"  # continuous (batching by slots) | static (docs/sampling.md)
   config.sampling.chunk_tokens = 8  # continuous: decode steps per device call between slot refills
   # continuous: GB per device for decode slots (KV cache + per-step temporaries); 0 = half the device's
   # free memory where jax reports it (GPU/TPU), else 2 GB (CPU) (sampling/batching.py)
@@ -244,7 +244,7 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.lean.targets_limit = 0  # 0 = all targets
   config.lean.targets_per_iteration = 0  # 0 = every target, solved ones included (SGS: the full batch)
   config.lean.proofs_per_problem = 8
-  config.lean.num_workers = 2
+  config.lean.num_workers = 0  # REPL processes (or kimina requests in flight) per host; 0 = its cores, memory allowing
   config.lean.timeout_s = 60.0
   config.lean.memory_limit_mb = 8192
   config.lean.max_checks_per_process = 200
@@ -259,6 +259,17 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.lean.kimina_request_timeout_s = 0.0  # 0 = timeout_s x kimina_batch_size + 60
   config.lean.prefill_proof = False  # start the prover's turn with the statement's code block
   config.lean.solver_band_max = 0.5  # REINFORCE-1/2: train on problems with 0 < s <= 0.5
+  # The loop's schedule and rules (selfplay/lean.py; configs/lean.py sets SGS's values with their sources):
+  config.lean.conditioning = "seeds"  # seeds | unsolved | all (domains/lean/schedule.py)
+  config.lean.conjectures_per_seed = 1
+  config.lean.seeds_per_iteration = 0  # 0 = every scheduled statement
+  config.lean.proposer_advantage = "floored_baseline"  # floored_baseline | sgs_minmax
+  config.lean.zero_weight_try = True  # proofs containing `try` get weight 0
+  config.lean.overlong_penalty = True  # DAPO length penalty on kept proofs longer than 0.8 x max_new_tokens
+  config.lean.conjecture_length_penalty = True  # the same penalty on trained conjectures
+  config.lean.strict_extraction = True  # one ```lean4 block, the whole answer, one declaration
+  config.lean.train_batch_size = 32  # rows per optimizer step; 0 = one step over all rows
+  config.lean.epochs_per_iteration = 1
   return config
 
 

@@ -141,6 +141,97 @@ def global_batch(local_batch, mesh, global_batch_size: int):
   return jax.tree.map(one, local_batch)
 
 
+# ---- each process's share of a step's work ---------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Shares:
+  """n items of a step (prompts, candidates, rows) split over the processes in contiguous blocks of
+  ceil(n / count): process p samples, verifies and places items [start(p), end(p)). Every process
+  computes the same split from n, so sizes need no exchange."""
+  n: int
+  count: int = 1
+  index: int = 0
+
+  @classmethod
+  def of(cls, n: int) -> "Shares":
+    return cls(int(n), jax.process_count(), jax.process_index())
+
+  @property
+  def size(self) -> int:
+    """The largest share (the rows every process reserves in a global array)."""
+    return -(-self.n // self.count) if self.n else 0
+
+  def bounds(self, process: int) -> tuple[int, int]:
+    start = min(process * self.size, self.n)
+    return start, min(start + self.size, self.n)
+
+  @property
+  def start(self) -> int:
+    return self.bounds(self.index)[0]
+
+  @property
+  def mine(self) -> range:
+    return range(*self.bounds(self.index))
+
+  def take(self, items):
+    """This process's items of a global sequence."""
+    start, end = self.bounds(self.index)
+    return items[start:end]
+
+
+def allgather_objects(obj) -> list:
+  """[obj of process 0, obj of process 1, ...]: a collective (every process calls it, in the same
+  order). Objects travel pickled as bytes (our own processes of one program); one process: [obj]."""
+  if jax.process_count() == 1:
+    return [obj]
+  import pickle
+  from jax.experimental import multihost_utils
+  data = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
+  sizes = np.asarray(multihost_utils.process_allgather(np.asarray([data.size], np.int64))).reshape(-1)
+  buffer = np.zeros((int(sizes.max()),), np.uint8)
+  buffer[:data.size] = data
+  gathered = np.asarray(multihost_utils.process_allgather(buffer)).reshape(len(sizes), -1)
+  return [pickle.loads(gathered[p, :sizes[p]].tobytes()) for p in range(len(sizes))]
+
+
+def gather_shares(local: list, shares: Shares) -> list:
+  """The global list from each process's share (`local` = this process's items, in order)."""
+  if shares.count == 1:
+    return list(local)
+  if len(local) != len(shares.mine):
+    raise ValueError(f"gather_shares: {len(local)} local items for a share of {len(shares.mine)}")
+  return [item for part in allgather_objects(list(local)) for item in part]
+
+
+def shared_map(fn, items: list) -> list:
+  """fn over this process's share of `items` (fn returns one result per item), gathered in item order
+  on every process: e.g. sandbox or Lean jobs run once, on the host whose share they are in."""
+  shares = Shares.of(len(items))
+  return gather_shares(fn(shares.take(items)) if len(shares.mine) else [], shares)
+
+
+def fingerprint(value) -> str:
+  """sha256 of a JSON-able value (keys sorted; numpy arrays as lists)."""
+  import hashlib
+  text = json.dumps(value, sort_keys=True, default=lambda x: np.asarray(x).tolist())
+  return hashlib.sha256(text.encode()).hexdigest()
+
+
+def check_agreement(step: int, fields: Mapping[str, Any]) -> None:
+  """Every process must hold the same value of each field (what is global: task buffers, seed pool,
+  coverage, candidate records, metrics, checkpoint extras). Fingerprints are exchanged; a field that
+  differs stops every process with one line naming the step and the field."""
+  if jax.process_count() == 1:
+    return
+  mine = {name: fingerprint(value) for name, value in fields.items()}
+  every = allgather_objects(mine)
+  for name in fields:
+    prints = [p[name] for p in every]
+    if len(set(prints)) > 1:
+      who = ", ".join(f"process {i}: {f[:12]}" for i, f in enumerate(prints))
+      raise DistributedError(f"step {step}: processes disagree on {name} ({who})")
+
+
 # ---- metrics and files ----------------------------------------------------------------------------
 
 def to_host(x) -> np.ndarray:

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from typing import Any, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
@@ -38,7 +40,6 @@ from compassplay_jax.sampling import decode as decode_lib
 from compassplay_jax.sampling.engine import RolloutEngine
 
 _log = logging.getLogger(__name__)
-
 
 @dataclasses.dataclass(frozen=True)
 class EngineSettings:
@@ -94,8 +95,15 @@ class Engine:
     self.rows = sh.batch_sharding(mesh, 1)  # leading dim over (data, fsdp): a prefix for whole batches
     self.repl = sh.replicated(mesh)
     self.sampler = ShardedSampler(mesh, model_cfg.head_dim)
+    # Rollouts run per host: each process samples its share of a step's prompts on its own devices
+    # (sampler_mesh), with its own copy of the weights (sampler_params), so hosts never wait on each
+    # other while decoding. On one process the sampler mesh is the mesh.
+    self.transfer_mesh, self.sampler_mesh = (sh.host_meshes(mesh) if jax.process_count() > 1 else (None, mesh))
+    self.local_sampler = (self.sampler if self.sampler_mesh is mesh
+                          else ShardedSampler(self.sampler_mesh, model_cfg.head_dim))
     self.rollout: RolloutEngine | None = None  # see rollout_engine()
     self._jitted: dict[Any, Any] = {}
+    self._sampler_params = (None, None)  # (the params they were cast from, the cast copy)
 
   @classmethod
   def build(cls, graphdef, params, mesh: Mesh, settings: EngineSettings, optimizer=None) -> "Engine":
@@ -148,6 +156,41 @@ class Engine:
       return host_batch
     return {k: np.pad(np.asarray(v), [(0, extra)] + [(0, 0)] * (np.ndim(v) - 1), constant_values=pad_values.get(k, 0))
             for k, v in host_batch.items()}
+
+  def local_rows(self, rows: int, multiple: int = 1) -> int:
+    """Rows per process for a share of at most `rows` rows: a multiple of this process's batch devices
+    and such that the global batch (rows x processes) is a multiple of `multiple`."""
+    unit = sh.local_row_unit(self.mesh)
+    step = unit * (multiple // math.gcd(multiple, unit * jax.process_count()))
+    return max(step, -(-max(int(rows), 1) // step) * step)
+
+  def put_local_rows(self, local_batch, rows_per_process: int):
+    """Global arrays (rows over (data, fsdp)) from this process's rows only (sharding.put_local_rows)."""
+    return sh.put_local_rows(local_batch, self.mesh, rows_per_process)
+
+  def process_rows(self, global_rows: int, process: int) -> np.ndarray:
+    """Indices in a global batch of `global_rows` rows of process `process`'s local rows, in order."""
+    from compassplay_jax import distributed
+    return distributed.process_rows(global_rows, self.mesh, process)
+
+  def sampler_params(self, params):
+    """The weights the rollout engine samples with: cast to the compute dtype once per update (not
+    inside the decode loop) and laid out on the sampler mesh; across processes each host gets a whole
+    copy (the transfer mesh's all-gather), split only inside the host. Cached per params object."""
+    if self._sampler_params[0] is params:
+      return self._sampler_params[1]
+    dtype = jnp.dtype(self.settings.train.compute_dtype or self.model_config.dtype)
+    cast = lambda tree: jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
+    local_shardings = sh.tree_shardings(params, self.sampler_mesh, self.model_config.head_dim)
+    if self.transfer_mesh is None:
+      out = jax.jit(cast, out_shardings=local_shardings)(params)
+    else:
+      wide = jax.tree.map(lambda s: NamedSharding(self.transfer_mesh, s.spec), local_shardings)
+      gathered = jax.jit(cast, out_shardings=wide)(params)
+      out = jax.tree.map(lambda x, s: jax.make_array_from_single_device_arrays(
+          x.shape, s, [shard.data for shard in x.addressable_shards]), gathered, local_shardings)
+    self._sampler_params = (params, out)
+    return out
 
   # ---- device functions ---------------------------------------------------------------------------
 
@@ -333,7 +376,7 @@ class Engine:
     if self.rollout is None:
       from compassplay_jax.sampling import batching
       from compassplay_jax.sampling.engine import make_engine
-      name = sampling.get("engine", "static")
+      name = sampling.get("engine", "continuous")
       mesh = getattr(self, "sampler_mesh", None) or self.mesh
       if name == "continuous" and not all(d.process_index == jax.process_index() for d in mesh.devices.flat):
         _log.warning("sampling.engine='continuous' needs a host-local mesh (engine.sampler_mesh); "
@@ -345,7 +388,7 @@ class Engine:
         self.rollout = make_engine(name, self.graphdef, tokenizer, mesh=mesh, memory_budget_bytes=budget,
                                    chunk_tokens=sampling.get("chunk_tokens", 8))
       else:
-        self.rollout = make_engine(name, self.graphdef, tokenizer, device_fns=self.sampler)
+        self.rollout = make_engine(name, self.graphdef, tokenizer, device_fns=self.local_sampler)
     return self.rollout
 
   def greedy_texts(self, params, tokenizer, prompts: Sequence[str], max_new_tokens: int,

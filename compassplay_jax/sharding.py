@@ -128,6 +128,39 @@ def make_mesh(config=None, devices: Sequence[jax.Device] | None = None) -> Mesh:
   return jax.make_mesh(sizes, AXES, axis_types=(AxisType.Auto,) * len(AXES), devices=devices)
 
 
+def host_meshes(mesh: Mesh) -> tuple[Mesh, Mesh]:
+  """(transfer mesh, this process's local mesh) for per-host rollouts on a multi-process mesh.
+
+  The transfer mesh is `mesh`'s devices in the same order with a leading "host" axis (one entry per
+  process); the local mesh is this process's block of it, with mesh's axis names. A value laid out
+  on the transfer mesh by a spec without "host" is whole on every host, split inside the host as
+  the spec says, so its shards form arrays on the local mesh (Engine.sampler_params). Needs each
+  process's devices to be one contiguous block of the mesh's device order (jax.make_mesh's order:
+  the tensor axis inside a host)."""
+  processes = jax.process_count()
+  devices = np.asarray(mesh.devices).reshape(-1)
+  owners = [d.process_index for d in devices]
+  per = len(devices) // processes
+  if owners != sorted(owners) or any(owners.count(p) != per for p in range(processes)):
+    raise ShardingError(f"mesh {mesh_summary(mesh)}: each process's devices must form one block of the mesh "
+                        "(the tensor axis inside a host) for per-host rollouts")
+  local_shape = tuple(mesh.devices.shape)
+  outer = processes
+  for i, size in enumerate(local_shape):  # split the outer axes between hosts and the local block
+    take = math.gcd(size, outer)
+    local_shape = local_shape[:i] + (size // take,) + local_shape[i + 1:]
+    outer //= take
+    if outer == 1:
+      break
+  if outer != 1:
+    raise ShardingError(f"mesh {mesh_summary(mesh)} cannot be split into {processes} host blocks")
+  grid = devices.reshape((processes,) + local_shape)
+  types = (AxisType.Auto,) * (len(AXES) + 1)
+  transfer = Mesh(grid, ("host",) + AXES, axis_types=types)
+  local = Mesh(grid[jax.process_index()], AXES, axis_types=types[1:])
+  return transfer, local
+
+
 def mesh_summary(mesh: Mesh) -> str:
   return ", ".join(f"{name}={size}" for name, size in mesh.shape.items())
 
@@ -272,6 +305,30 @@ def round_to_mesh(n: int, mesh: Mesh) -> int:
   sampler micro-batches."""
   d = batch_divisor(mesh)
   return max(d, -(-int(n) // d) * d)
+
+
+def local_row_unit(mesh: Mesh) -> int:
+  """Rows one process holds per row of every batch device it owns: a process's share of a global
+  batch must be a multiple of this (its devices along (data, fsdp))."""
+  return max(1, batch_divisor(mesh) // jax.process_count())
+
+
+def put_local_rows(local_batch, mesh: Mesh, rows_per_process: int):
+  """Global arrays, leading dim over (data, fsdp), from THIS process's rows: each process hands over
+  its own rows (padded with zeros to rows_per_process, the same count on every process), so no
+  process holds the others' data. Global row order: process 0's rows, then process 1's, ..."""
+  unit = local_row_unit(mesh)
+  if rows_per_process % unit:
+    raise ShardingError(f"rows_per_process={rows_per_process} is not a multiple of this process's batch devices ({unit})")
+
+  def one(x):
+    x = np.asarray(x)
+    if x.shape[0] > rows_per_process:
+      raise ShardingError(f"{x.shape[0]} local rows do not fit rows_per_process={rows_per_process}")
+    x = np.pad(x, [(0, rows_per_process - x.shape[0])] + [(0, 0)] * (x.ndim - 1))
+    shape = (rows_per_process * jax.process_count(),) + x.shape[1:]
+    return jax.make_array_from_process_local_data(batch_sharding(mesh, x.ndim), x, shape)
+  return jax.tree.map(one, local_batch)
 
 
 def shard_batch(batch, mesh: Mesh):

@@ -24,11 +24,11 @@ from flax import nnx  # noqa: E402
 from compassplay_jax import sharding as sh  # noqa: E402
 from compassplay_jax.engine import Engine, EngineSettings  # noqa: E402
 from compassplay_jax.model_setup import build_model  # noqa: E402
-from compassplay_jax.sampling.generate import GenerationResult  # noqa: E402
-from compassplay_jax.selfplay import alignment, rollout  # noqa: E402
+from compassplay_jax.selfplay import alignment  # noqa: E402
 from compassplay_jax.selfplay import step as step_lib  # noqa: E402
 from compassplay_jax.selfplay.coding import CodingSelfPlay  # noqa: E402
 from compassplay_jax.verifiers.sandbox import SandboxPool  # noqa: E402
+from tests.scripted_coder import ScriptedCoder  # noqa: E402
 from tests.test_selfplay import _config  # noqa: E402
 
 if jax.device_count() != 8:
@@ -36,55 +36,12 @@ if jax.device_count() != 8:
 
 MESHES = [(8, 1, 1), (1, 8, 1), (2, 2, 2), (1, 2, 4)]
 TOL = dict(rtol=1e-5, atol=1e-5)
-PROGRAMS = {"x * 2": "3", "x + 5": "4", "x - 7": "9", "x * x": "2"}  # one-line body -> its input
-
-
-class ScriptedCoder:
-  """rollout.sample's signature. Runs the engine's real sampler on the request, then answers from a
-  script: proposals cycle through PROGRAMS; a solver's even samples are right, odd ones wrong."""
-
-  def __init__(self):
-    self.calls = 0
-
-  def answer(self, prompt, sample, proposal_index):
-    if not isinstance(prompt, str):  # the proposal's second segment: its input
-      body = _text(prompt).rsplit("return ", 1)[1].split("\n")[0]  # this proposal's own program
-      return PROGRAMS[body] + "\n"
-    if prompt.endswith("return "):  # a proposal's first segment: the function body
-      return list(PROGRAMS)[proposal_index % len(PROGRAMS)] + "\n"
-    task = prompt[prompt.rindex("```python\n"):]
-    body = next((b for b in PROGRAMS if f"return {b}\n" in task), None)
-    if body is None:  # a seed task in the solver batch
-      return "0\n"
-    x = int(PROGRAMS[body])
-    if prompt.endswith("```output\n"):
-      return f"{eval(body)}\n" if sample % 2 == 0 else "-1000\n"
-    return f"{x}\n" if sample % 2 == 0 else "1000\n"
-
-  def __call__(self, engine, params, tokenizer, prompts, config, key, *, n_samples=1, **kwargs):
-    real = rollout.sample(engine, params, tokenizer, prompts, config, key, n_samples=n_samples, **kwargs)
-    texts = [self.answer(p, s, i) for i, p in enumerate(prompts) for s in range(n_samples)]
-    tokens = [np.asarray(tokenizer.encode(t, add_special_tokens=False), np.int32) for t in texts]
-    self.calls += 1
-    return GenerationResult(prompt_index=real.prompt_index, sample_index=real.sample_index,
-                            prompt_tokens=real.prompt_tokens, tokens=tokens,
-                            logprobs=[np.full(len(t), -1.0, np.float32) for t in tokens],
-                            lengths=np.asarray([len(t) for t in tokens]), finish_reasons=["stop"] * len(texts),
-                            texts=texts)
-
-
-_TOKENIZER = []
-
-
-def _text(ids):
-  return _TOKENIZER[0].decode(list(ids))
 
 
 @pytest.fixture(scope="module")
 def setup():
   config = _config("coding:tiny")
   model, tokenizer = build_model(config)
-  _TOKENIZER.append(tokenizer)
   graphdef, params = nnx.split(model)
   pool = SandboxPool(num_workers=2)
   yield config, tokenizer, graphdef, params, pool
@@ -95,7 +52,7 @@ def one_step(config, tokenizer, graphdef, params, pool, mesh):
   """The run loop's step on `mesh` (step.run_step, as Session.step calls it)."""
   engine = Engine.build(graphdef, params, mesh, EngineSettings.from_config(config))
   p, o = engine.init_train_state(jax.tree.map(lambda x: np.asarray(x), params))
-  setting = CodingSelfPlay(config, tokenizer, pool, sampler=ScriptedCoder())
+  setting = CodingSelfPlay(config, tokenizer, pool, sampler=ScriptedCoder(tokenizer))
   g_ref = alignment.reference_gradient(engine, p, setting.reference, tokenizer.pad_token_id)
   result = step_lib.run_step(setting, engine, p, o, 1, jax.random.key(7),
                              update=step_lib.UpdateOptions.from_config(config, tokenizer.pad_token_id))

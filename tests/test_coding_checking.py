@@ -189,3 +189,15 @@ def test_seed_tasks_check_in_the_sandbox(pool):
       True, False]
   assert checking.check_answers(pool, buffers.IDENTITY_SEED, ["'Hello world'", "'hello'"]) == [
       True, False]
+
+
+def test_check_many_reasons_say_why_each_answer_failed(pool):
+  """Verdict reasons come back with the verdicts (the step counts them; nothing is kept in a module)."""
+  from compassplay_jax.domains.coding import verdict_stats
+  task = tasks.CodingTask(type=tasks.DEDUCTION, program="def f(x):\n    return x * 2", input="3", output="6")
+  verdicts, reasons = checking.check_many_reasons(pool, [(task, ["6", "7", None, "1/0"])])
+  assert verdicts == [[True, False, False, False]]
+  assert reasons[0][:3] == ["correct", "wrong", "no answer"] and reasons[0][3] != "correct"
+  assert checking.check_many(pool, [(task, ["6", "7"])]) == [[True, False]]
+  counts = verdict_stats.tally("checking", reasons[0])
+  assert counts["checking/correct"] == 1 and counts["checking/no answer"] == 1 and sum(counts.values()) == 4

@@ -93,21 +93,21 @@ def test_loop_sampling_goes_through_the_configured_engine(tiny_loop):
   from compassplay_jax.selfplay import step as step_lib
   config, (graphdef, params), tok = tiny_loop
   prompts = [build_prompt(tok, "Write f(x) = x + 1."), build_prompt(tok, "Say hi.")]
-  assert config.sampling.engine == "static"  # the default
+  assert config.sampling.engine == "continuous"  # the default (docs/sampling.md, the loop workload)
   run_engine = step_lib.one_device_engine(graphdef, params, config)
-  static = rollout.sample(run_engine, params, tok, prompts, config, jax.random.key(0), n_samples=2, max_new_tokens=6,
-                          stop_strings=("\n",))
-  assert isinstance(run_engine.rollout, StaticEngine)
-  config.sampling.engine = "continuous"
+  cont = rollout.sample(run_engine, params, tok, prompts, config, jax.random.key(0), n_samples=2,
+                        max_new_tokens=6, stop_strings=("\n",))
+  engine = run_engine.rollout
+  assert isinstance(engine, ContinuousEngine)
+  assert engine.params is run_engine.sampler_params(params) and engine.stats.inserts == 4
+  config.sampling.engine = "static"
   try:
     run_engine = step_lib.one_device_engine(graphdef, params, config)
-    cont = rollout.sample(run_engine, params, tok, prompts, config, jax.random.key(0), n_samples=2,
-                          max_new_tokens=6, stop_strings=("\n",))
-    engine = run_engine.rollout
-    assert isinstance(engine, ContinuousEngine)
-    assert engine.params is params and engine.stats.inserts == 4
+    static = rollout.sample(run_engine, params, tok, prompts, config, jax.random.key(0), n_samples=2,
+                            max_new_tokens=6, stop_strings=("\n",))
+    assert isinstance(run_engine.rollout, StaticEngine)
   finally:
-    config.sampling.engine = "static"
+    config.sampling.engine = "continuous"
   # Same keys per (prompt, sample, token) in both engines: the same rollouts.
   assert all(np.array_equal(a, b) for a, b in zip(static.tokens, cont.tokens))
   assert static.finish_reasons == cont.finish_reasons and static.texts == cont.texts
@@ -117,7 +117,7 @@ def test_loop_sampling_goes_through_the_configured_engine(tiny_loop):
       rollout.sample(step_lib.one_device_engine(graphdef, params, config), params, tok, prompts, config,
                      jax.random.key(0))
   finally:
-    config.sampling.engine = "static"
+    config.sampling.engine = "continuous"
 
 
 class _CountingEngine(RolloutEngine):
@@ -131,9 +131,9 @@ class _CountingEngine(RolloutEngine):
     self.updates.append(params)
     self.inner.update_params(params)
 
-  def generate(self, requests, config, key):
+  def generate(self, requests, config, key, on_finish=None):
     self.calls += 1
-    return self.inner.generate(requests, config, key)
+    return self.inner.generate(requests, config, key, on_finish=on_finish)
 
 
 def test_an_engine_plugged_into_the_loop_is_used_without_loop_changes(tiny_loop):
@@ -148,7 +148,7 @@ def test_an_engine_plugged_into_the_loop_is_used_without_loop_changes(tiny_loop)
   run_engine = step_lib.one_device_engine(graphdef, params, config)
   run_engine.rollout = plugged  # Engine.rollout_engine's documented seam for an external engine
   got = rollout.sample(run_engine, params, tok, prompts, config, jax.random.key(1), max_new_tokens=5)
-  assert plugged.calls == 1 and plugged.updates == [params]
+  assert plugged.calls == 1 and plugged.updates == [run_engine.sampler_params(params)]
   np.testing.assert_array_equal(got.tokens[0], want.tokens[0])
 
 

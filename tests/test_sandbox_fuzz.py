@@ -8,6 +8,7 @@ task|None), the pool still answers, and the trainer's resident memory stays boun
 A second test feeds forged sandbox results (what a compromised job could send back: outcomes of
 any shape holding any objects).
 """
+import collections
 import random
 import sys
 import time
@@ -109,7 +110,7 @@ def test_ten_thousand_hostile_outputs_never_crash_the_trainer():
   assert len(outputs) >= 10_000
   targets = _targets()
   types = list(tasks.TASK_TYPES)
-  verdict_stats.snapshot(reset=True)
+  counts = collections.Counter()
   limits = SandboxLimits(timeout_s=3.0, cpu_time_s=3, memory_bytes=512 << 20)
   with SandboxPool(num_workers=2, limits=limits) as pool:
     rss_before = _rss_bytes()
@@ -123,15 +124,16 @@ def test_ten_thousand_hostile_outputs_never_crash_the_trainer():
             pool, task_type, text, source_program=buffers.IDENTITY_PROGRAM)
         assert isinstance(result, tuple) and len(result) == 3 and isinstance(result[0], bool)
         assert isinstance(result[1], str) and (result[2] is None) == (not result[0])
+        counts.update(verdict_stats.tally("validation", [result[1]]))
         assert isinstance(parsing.format_ok(text), bool)
         items[task_type].append(checking.extract_solver_answer(targets[task_type], text))
-      verdicts = checking.check_many(pool, [(targets[t], items[t]) for t in types])
-      for t, row in zip(types, verdicts):
-        assert len(row) == len(items[t]) and all(v is False or v is True for v in row)
+      verdicts, reasons = checking.check_many_reasons(pool, [(targets[t], items[t]) for t in types])
+      for t, row, why in zip(types, verdicts, reasons):
+        assert len(row) == len(why) == len(items[t]) and all(v is False or v is True for v in row)
+        counts.update(verdict_stats.tally("checking", why))
     elapsed = time.monotonic() - start
     assert pool.run(Job(code="x = 6 * 7", expr="x")).value_repr == "42"
     growth = _rss_bytes() - rss_before
-  counts = verdict_stats.snapshot()
   print(f"\n{NUM_OUTPUTS} outputs in {elapsed:.0f} s; RSS growth {growth >> 20} MiB; {counts}")
   assert growth < 256 << 20, f"trainer RSS grew by {growth >> 20} MiB"
   assert sum(v for k, v in counts.items() if k.startswith("validation/")) >= NUM_OUTPUTS

@@ -66,11 +66,18 @@ def _check_run(workdir, config, steps):
 
 
 @pytest.mark.slow
-def test_coding_tiny_two_steps(tmp_path):
-  config = _config("coding:tiny")
+def test_coding_tiny_two_steps_with_the_kl_term(tmp_path):
+  """The main job's loop on coding:tiny with --config.train.kl_coef=0.01 (it crashed in Session.create
+  with a NameError once): two steps, and the loss is pg - entropy_coef * entropy + kl_coef * KL."""
+  config = _config("coding:tiny", **{"train.kl_coef": 0.01})
   run(config, tmp_path)
   lines, extra = _check_run(tmp_path, config, 2)
   assert {"valid_rate", "reward/proposer", "reward/solver", "train/loss", "solve_rate_histogram"} <= set(lines[-1])
+  assert lines[0]["train/kl"] == pytest.approx(0.0, abs=1e-6)  # step 1: the policy is the reference
+  assert lines[1]["train/kl"] > 1e-7  # step 2: one update away from it
+  for line in lines:
+    want = line["train/pg_loss"] - config.train.entropy_coef * line["train/entropy"] + 0.01 * line["train/kl"]
+    assert line["train/loss"] == pytest.approx(want, rel=1e-4, abs=1e-7)
   buffers = extra["selfplay"]  # the task buffers are checkpointed, the built-in seed programs first
   assert set(buffers) == {"deduction", "abduction", "induction"}
   seeds = (REPO / "compassplay_jax" / "data" / "demo_seed" / "demo_seed_io.jsonl").read_text().splitlines()

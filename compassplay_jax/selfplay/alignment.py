@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from compassplay_jax import distributed
-from compassplay_jax.selfplay.sequences import LENGTH_BUCKETS, PackedBatch, pack
+from compassplay_jax.selfplay.sequences import LENGTH_BUCKETS, PackedBatch, pack, packed_shape
 
 _CANDIDATE_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # padded candidate counts: few compilations
 
@@ -47,19 +47,43 @@ def candidate_cosines(engine, params, g_ref, prompt_ids, solution_ids, pad_id: i
   Candidates go through the fused (or direct) pass engine.settings.reward_micro_batch at a time: its
   activation memory grows with candidates x length^2 (attention), so it is bounded here. fixed_rows
   and coarse `buckets` (sequences.TRAIN_BUCKETS) trade a few padding rows for fewer compilations.
+  Across processes each one places only its share of the candidates (distributed.Shares) as its
+  rows of every pass, all at the length bucket of the longest candidate, and reads the results of all.
   """
   n = len(prompt_ids)
+  out = {"cosines": np.zeros((n,), np.float32), "inner_products": np.zeros((n,), np.float32),
+         "sq_norms": np.zeros((n,), np.float32)}
+  if n == 0:
+    return out
   micro_batch = engine.settings.reward_micro_batch  # a multiple of data*fsdp (EngineSettings.fitted)
-  out = {"cosines": [], "inner_products": [], "sq_norms": []}
-  packed = pack(prompt_ids, solution_ids, pad_id, max_len=max_len, buckets=buckets)
   # Padded candidate counts (padding rows score 0 and are dropped): with fixed_rows always
   # `micro_batch`, so each length bucket is one compiled shape; else a power of two up to it.
   rows = micro_batch if fixed_rows else next((r for r in _CANDIDATE_ROWS if r >= min(n, micro_batch)), micro_batch)
-  rows = -(-rows // engine.batch_divisor) * engine.batch_divisor
-  for start in range(0, n, rows):
-    end = min(start + rows, n)
-    b = _rows(engine, packed, pad_id, start, end, rows)
+  shares = distributed.Shares.of(n)
+  per_call = engine.local_rows(-(-rows // shares.count))  # this process's rows of every pass
+  shape = packed_shape([(len(p), len(c)) for p, c in zip(prompt_ids, solution_ids)], max_len=max_len,
+                       buckets=buckets)
+  mine = list(shares.mine)
+  packed = pack([prompt_ids[i] for i in mine], [solution_ids[i] for i in mine], pad_id, max_len=max_len,
+                buckets=buckets, shape=shape)
+  for start in range(0, max(shares.size, 1), per_call):
+    end = min(start + per_call, len(mine))
+    b = _local_rows(engine, packed, pad_id, min(start, end), end, per_call)
     result = engine.cosines(params, g_ref, b["tokens"], b["loss_mask"], b["attention_mask"])
-    for key in out:
-      out[key].append(distributed.to_host(getattr(result, key))[:end - start])
-  return {k: np.concatenate(v) if v else np.zeros((0,), np.float32) for k, v in out.items()}
+    values = {key: distributed.to_host(getattr(result, key)) for key in out}
+    for process in range(shares.count):  # each process's candidates of this pass, at its rows
+      first, last = shares.bounds(process)
+      members = range(first + start, min(first + start + per_call, last))
+      rows_of = engine.process_rows(per_call * shares.count, process)[:len(members)]
+      for key in out:
+        out[key][list(members)] = values[key][rows_of]
+  return out
+
+
+def _local_rows(engine, packed: PackedBatch, pad_id: int, start: int, end: int, rows: int):
+  """This process's rows [start, end) of `packed`, padded to `rows` (no loss tokens), as its rows of
+  global arrays."""
+  arrays = {name: np.pad(getattr(packed, name)[start:end], ((0, rows - (end - start)), (0, 0)),
+                         constant_values=value)
+            for name, value in (("tokens", pad_id), ("loss_mask", 0), ("attention_mask", 0))}
+  return engine.put_local_rows(arrays, rows)

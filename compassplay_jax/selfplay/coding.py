@@ -17,6 +17,7 @@ x̃: the sequence (solver prompt, that completion), loss on the completion token
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import importlib.resources
 import pathlib
@@ -27,8 +28,9 @@ import jax
 import numpy as np
 
 from compassplay_jax.domains.coding import buffers as buffers_lib
-from compassplay_jax import config_base
-from compassplay_jax.domains.coding import checking, parsing, prompts, tasks, validation
+from compassplay_jax import config_base, distributed
+from compassplay_jax.distributed import shared_map
+from compassplay_jax.domains.coding import checking, parsing, prompts, tasks, validation, verdict_stats
 from compassplay_jax.domains.coding.rewards_table import TABLES
 from compassplay_jax.errors import InputNotFound
 from compassplay_jax.models.config import ConfigError
@@ -36,6 +38,7 @@ from compassplay_jax.rewards import novelty
 from compassplay_jax.rewards.proposer_rewards import uses_cosine
 from compassplay_jax.selfplay import alignment, coding_metrics, compact_prompts, local_reference, rollout, sequences
 from compassplay_jax.selfplay import soar_measure
+from compassplay_jax.selfplay.overlap import BackgroundChecks
 from compassplay_jax.selfplay import step as step_lib
 from compassplay_jax.domains.coding.reference_set import reference_problems
 from compassplay_jax.selfplay.rollout import Row, reward_config, split_key
@@ -258,16 +261,41 @@ class CodingSelfPlay:
               for t, pre in zip(task_list, prefixes)]
     return [render(self.tokenizer, prompts.solver_prompt(t), self.style) + pre for t, pre in zip(task_list, prefixes)]
 
-  def _solve(self, engine, params, task_list, key, n_samples):
-    """Solver responses (n_samples per task, task-major): (generation, full response texts)."""
-    prefixes = [self._solver_prefix(t) for t in task_list]
+  def _solver_response(self, task, text: str) -> str:
+    """A sampled solver completion as the full response (a scaffolded answer block closed again)."""
+    if not self.config.coding.solver_prefix:
+      return text
+    return self._solver_prefix(task) + text + ("" if text.endswith(FENCE) else FENCE) + "\n</answer>"
+
+  def _solve(self, engine, params, task_list, key, n_samples, checks: BackgroundChecks | None = None):
+    """Solver responses (n_samples per task, task-major): (generation, full response texts). With
+    `checks`, each finished response goes to it while the others decode (selfplay/overlap.py)."""
     prompts_text = self.solver_prompts(task_list)
     scaffolded = bool(self.config.coding.solver_prefix)  # the answer block is open: stop where it ends
     stops = (self.config.coding.segment_stop,) if scaffolded else STOP
-    gen = self._sample(engine, params, prompts_text, key, n_samples=n_samples, stop_strings=stops)
-    texts = [prefixes[r // n_samples] + t + ("" if t.endswith(FENCE) else FENCE) + "\n</answer>" if scaffolded
-             else t for r, t in enumerate(gen.texts)]
+    on_finish = None if checks is None else (
+        lambda row, tokens, text, reason: checks.on_row(row, self._solver_response(task_list[row // n_samples], text)))
+    gen = self._sample(engine, params, prompts_text, key, n_samples=n_samples, stop_strings=stops, on_finish=on_finish)
+    texts = [self._solver_response(task_list[r // n_samples], t) for r, t in enumerate(gen.texts)]
     return gen, texts
+
+  def _overlapped_checks(self, engine, params, task_list, key, n_samples, times, label):
+    """The solver's n_samples responses per task, each task checked in the sandbox as soon as its
+    responses are in, while the device decodes the rest: (generation, texts, per task (verdicts,
+    reasons)). Across processes a host samples and checks its share of the tasks."""
+    def check(task, responses):
+      verdicts, reasons = checking.check_many_reasons(
+          self.pool, [(task, [checking.extract_solver_answer(task, x) for x in responses])])
+      return verdicts[0], reasons[0]
+
+    shares = distributed.Shares.of(len(task_list))
+    with BackgroundChecks(check, task_list, n_samples, workers=self.pool.num_workers) as checks:
+      with times("generate", f"generate: {label}"):
+        gen, texts = self._solve(engine, params, task_list, key, n_samples, checks)
+      mine = list(shares.mine)
+      local = checks.finish({r: texts[r] for i in mine for r in range(i * n_samples, (i + 1) * n_samples)}, mine)
+    times.add("sandbox", checks.busy_s)
+    return gen, texts, distributed.gather_shares(local, shares)
 
   def _propose_all(self, engine, params, prompts_by_type: dict, key):
     """_propose for every task type with as few generate calls as possible: types that decode the same
@@ -317,37 +345,37 @@ class CodingSelfPlay:
     c = self.config.coding
     opens_think = self.style == "plain"
     candidates, checked = [], CodingChecks()
-    with times("sandbox", "verify: proposals"):
-      for t in self.task_types:
-        for j, (text, program) in enumerate(zip(proposals.texts[t], plan.programs[t])):
-          ok, _, task = validation.validate_proposal(self.pool, t, text, source_program=program,
-                                                     num_inputs=c.induction_inputs)
-          # Jaccard to the nearest shown reference (novelty rewards): the program when valid, else the answer.
-          program_text = task.program if task else parsing.extract_answer(text)
-          jaccard = max((novelty.token_jaccard(program_text, ref, language="python")
-                         for ref in plan.references[t][j]), default=0.0)
-          reference = local_reference.EXTERNAL if self.reference is not None else None
-          seed = plan.seeds[t][j] if self.local else None
-          if seed is not None:  # local reference: compared with (and novel against) its own seed
-            reference = local_reference.seed_key(seed)
-            jaccard = novelty.token_jaccard(program_text or "", seed.program, language="python")
-          # local: cosines of eligible candidates only (each seed's g_ref costs a backward pass)
-          candidates.append(step_lib.Candidate(group=t, formatted=parsing.format_ok(text, opens_think), valid=ok,
-                                               reference=reference, jaccard=jaccard, report_cosine=not self.local))
-          checked.slots.append((t, j))
-          checked.tasks.append(task)
-          checked.program_texts.append(program_text)
+    items = [(t, j, text, program) for t in self.task_types
+             for j, (text, program) in enumerate(zip(proposals.texts[t], plan.programs[t]))]
+    with times("sandbox", "verify: proposals"):  # each process validates its share in its own sandbox
+      validated = shared_map(lambda part: [validation.validate_proposal(self.pool, t, text, source_program=program,
+                                                                    num_inputs=c.induction_inputs)
+                                       for t, _, text, program in part], items)
+      checked.verdicts.update(verdict_stats.tally("validation", [reason for _, reason, _ in validated]))
+      for (t, j, text, _), (ok, _, task) in zip(items, validated):
+        # Jaccard to the nearest shown reference (novelty rewards): the program when valid, else the answer.
+        program_text = task.program if task else parsing.extract_answer(text)
+        jaccard = max((novelty.token_jaccard(program_text, ref, language="python")
+                       for ref in plan.references[t][j]), default=0.0)
+        reference = local_reference.EXTERNAL if self.reference is not None else None
+        seed = plan.seeds[t][j] if self.local else None
+        if seed is not None:  # local reference: compared with (and novel against) its own seed
+          reference = local_reference.seed_key(seed)
+          jaccard = novelty.token_jaccard(program_text or "", seed.program, language="python")
+        # local: cosines of eligible candidates only (each seed's g_ref costs a backward pass)
+        candidates.append(step_lib.Candidate(group=t, formatted=parsing.format_ok(text, opens_think), valid=ok,
+                                             reference=reference, jaccard=jaccard, report_cosine=not self.local))
+        checked.slots.append((t, j))
+        checked.tasks.append(task)
+        checked.program_texts.append(program_text)
     valid = [i for i, cand in enumerate(candidates) if cand.valid]
     if not valid:
       return step_lib.Verified(candidates, checked)
-    tasks_of = checked.tasks
-    with times("generate", "generate: solve rates"):
-      gen, texts = self._solve(engine, params, [tasks_of[i] for i in valid], key, c.solve_samples)
-    with times("sandbox", "verify: solve rates"):
-      n = c.solve_samples
-      verdicts = checking.check_many(self.pool, [
-          (tasks_of[i], [checking.extract_solver_answer(tasks_of[i], x) for x in texts[v * n:(v + 1) * n]])
-          for v, i in enumerate(valid)])
+    tasks_of, n = checked.tasks, c.solve_samples
+    gen, _, checks = self._overlapped_checks(engine, params, [tasks_of[i] for i in valid], key, n, times,
+                                             "solve rates")
+    verdicts = [v for v, _ in checks]
+    checked.verdicts.update(verdict_stats.tally("checking", [r for _, reasons in checks for r in reasons]))
     for v, i in enumerate(valid):
       sample = v * n + verdicts[v].index(True) if any(verdicts[v]) else None
       solution = ((gen.prompt_tokens[v * n], self.gold_completion(tasks_of[i])) if sample is None
@@ -387,20 +415,20 @@ class CodingSelfPlay:
         rows.append(Row(prompt_ids, tokens, logprobs, float(reward), t, "proposer", completion_mask=mask))
     batch = [(t, task) for t in self.task_types for task in plan.solver_tasks[t]]
     solver_rewards = {t: [] for t in self.task_types}
-    rollout_tokens = 0
+    rollout_tokens, rollout_verdicts = 0, collections.Counter()
     if batch:
-      with times("generate", "generate: solver rollouts"):
-        pred, pred_texts = self._solve(engine, params, [task for _, task in batch], key, 1)
+      pred, pred_texts, checks = self._overlapped_checks(engine, params, [task for _, task in batch], key, 1, times,
+                                                         "solver rollouts")
       rollout_tokens = int(np.sum(pred.lengths))
-      with times("sandbox", "verify: solver rollouts"):
-        verdicts = checking.check_many(self.pool, [(task, [checking.extract_solver_answer(task, text)])
-                                                   for (_, task), text in zip(batch, pred_texts)])
+      verdicts = [v for v, _ in checks]
+      rollout_verdicts = verdict_stats.tally("checking", [r for _, reasons in checks for r in reasons])
       for r, ((t, _), text) in enumerate(zip(batch, pred_texts)):
         reward = self.table.solver(parsing.format_ok(text, opens_think), verdicts[r][0])
         solver_rewards[t].append(reward)
         rows.append(Row(pred.prompt_tokens[r], pred.tokens[r], pred.logprobs[r], reward, t, "solver"))
     tokens = proposals.tokens + verified.tokens + rollout_tokens
-    return rows, coding_metrics.step_metrics(self, plan, verified, scores, solver_rewards, tokens, times)
+    verdicts = verified.record.verdicts + rollout_verdicts
+    return rows, coding_metrics.step_metrics(self, plan, verified, scores, solver_rewards, verdicts, tokens, times)
 
   def commit(self, plan: "CodingPlan", proposals, verified: step_lib.Verified, scores) -> dict[str, Any]:
     """Valid proposals join the task buffers (AZR: deduction and abduction share programs)."""
@@ -416,7 +444,7 @@ class CodingSelfPlay:
 
   def train_batches(self, rows: list[Row], step: int) -> list[list[Row]]:
     """The rows as train.ppo_mini_batches optimizer steps (AZR: 1, all rows in one step)."""
-    return ppo_mini_batches(rows, self.task_types, self.config.train.get("ppo_mini_batches", 1))
+    return ppo_mini_batches(rows, self.task_types, self.config.train.ppo_mini_batches)
 
 
 def ppo_mini_batches(rows: list[Row], task_types, count: int) -> list[list[Row]]:
@@ -464,3 +492,4 @@ class CodingChecks:
   slots: list = dataclasses.field(default_factory=list)          # (type, index of the proposal in its type)
   tasks: list = dataclasses.field(default_factory=list)          # the validated task or None
   program_texts: list = dataclasses.field(default_factory=list)  # program (or answer) text
+  verdicts: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # reason counts

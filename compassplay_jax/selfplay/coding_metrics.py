@@ -5,15 +5,15 @@ from typing import Any
 
 import numpy as np
 
-from compassplay_jax.domains.coding import verdict_stats
 from compassplay_jax.metrics import histogram
 from compassplay_jax.rewards import novelty
 from compassplay_jax.rewards.proposer_rewards import in_band, uses_cosine
 from compassplay_jax.selfplay import local_reference, summary
 
 
-def step_metrics(setting, plan, verified, scores, solver_rewards: dict, tokens: int, times) -> dict[str, Any]:
-  """`setting`: the CodingSelfPlay (task types, config, reward table); `verified.record`: its CodingChecks."""
+def step_metrics(setting, plan, verified, scores, solver_rewards: dict, verdicts, tokens: int, times) -> dict[str, Any]:
+  """`setting`: the CodingSelfPlay (task types, config, reward table); `verified.record`: its CodingChecks;
+  verdicts: the step's verdict reason counts (verdict_stats.tally)."""
   types, cfg = setting.task_types, setting.config
   candidates, checked = verified.candidates, verified.record
   scored = setting.reference is not None or (setting.local and uses_cosine(cfg.reward.name))
@@ -69,8 +69,8 @@ def step_metrics(setting, plan, verified, scores, solver_rewards: dict, tokens: 
   metrics["in_band_count"] = sum(r["in_band"] for r in records)
   metrics["cos_paid_count"] = sum(r["paid_by"] == "cosine" for r in records)
   metrics["cos_share"] = summary.cosine_share(records)
-  # Why proposals were invalid and checks failed, counted by validation/checking (never raised).
-  metrics.update({f"verdicts/{k}": v for k, v in verdict_stats.snapshot(reset=True).items()})
+  # Why proposals were invalid and checks failed (the reasons validation and checking returned).
+  metrics.update({f"verdicts/{k}": v for k, v in sorted(verdicts.items())})
   metrics["tokens/generated"] = tokens
   metrics["tokens_per_s"] = tokens / max(times.seconds.get("generate", 0.0), 1e-9)
   return metrics

@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from compassplay_jax import config_base
+from compassplay_jax import config_base, distributed
+from compassplay_jax.distributed import shared_map
 from compassplay_jax.domains.lean import extraction
 from compassplay_jax.domains.lean.coverage import Coverage
 from compassplay_jax.domains.lean.prompts import conjecturer_prompt, prover_prompt
@@ -46,6 +47,7 @@ from compassplay_jax.rl.advantages import (conjecture_band, floored_baseline_adv
                                            sgs_solver_weights)
 from compassplay_jax.selfplay import rollout
 from compassplay_jax.selfplay import step as step_lib
+from compassplay_jax.selfplay.overlap import BackgroundChecks
 from compassplay_jax.domains.coding.reference_set import resolve_path
 from compassplay_jax.selfplay.rollout import Row, reward_config, truncate_prompt
 from compassplay_jax.selfplay.sequences import pack
@@ -173,34 +175,45 @@ class LeanSelfPlay:
   def _sample(self, engine, params, prompts, key, **kwargs):
     return self._sampler(engine, params, self.tokenizer, prompts, self.config, key, **kwargs)
 
-  def _prove(self, engine, params, problems, key):
-    """k attempts per (header, statement) -> (generation, per-problem verdict lists, bodies)."""
+  def _prove(self, engine, params, problems, key, times):
+    """k attempts per (header, statement) -> (generation, per-problem verdict lists, bodies); each
+    problem's attempts are checked in Lean as soon as they are in, while the others decode."""
     k = self.config.lean.proofs_per_problem
     prefills = [self._prover_prefill(h, s) for h, s in problems]
     prompts = [self._chat(prover_prompt(s, h)) + pre for (h, s), pre in zip(problems, prefills)]
-    gen = self._sample(engine, params, prompts, key, n_samples=k)
-    verdicts, bodies = [], []
-    for i, (header, statement) in enumerate(problems):
-      texts = gen.texts[i * k:(i + 1) * k]
-      found = [extraction.extract_proof_body(prefills[i] + t, strict=self.config.lean.strict_extraction) for t in texts]
+
+    def check(problem, texts):  # one problem's k attempts, checked while other problems still decode
+      prefill, header, statement = problem
+      found = [extraction.extract_proof_body(prefill + t, strict=self.config.lean.strict_extraction) for t in texts]
       checkable = [b for b in found if b is not None]
       results = iter(check_proofs(self.pool, header, statement, checkable) if checkable else [])
-      verdicts.append([bool(b is not None and next(results).ok) for b in found])
-      bodies.extend(b or "" for b in found)
-    return gen, verdicts, bodies
+      return [bool(b is not None and next(results).ok) for b in found], [b or "" for b in found]
+
+    shares = distributed.Shares.of(len(problems))  # across processes: a host checks the proofs it sampled
+    items = [(pre, header, statement) for pre, (header, statement) in zip(prefills, problems)]
+    with BackgroundChecks(check, items, k, workers=self.pool.num_workers) as checks:
+      with times("generate", "generate: proofs"):
+        gen = self._sample(engine, params, prompts, key, n_samples=k,
+                           on_finish=lambda row, tokens, text, reason: checks.on_row(row, text))
+      mine = list(shares.mine)
+      local = checks.finish({r: gen.texts[r] for i in mine for r in range(i * k, (i + 1) * k)}, mine)
+    times.add("lean", checks.busy_s)
+    checked = distributed.gather_shares(local, shares)
+    return gen, [v for v, _ in checked], [b for _, bodies in checked for b in bodies]
 
   def _check_supplied_proofs(self) -> int:
     """Once per run: proofs supplied with the target file join the pool if Lean accepts them."""
     if self.supplied_checked:
       return 0
     self.supplied_checked = True
-    added = 0
-    for t in self.targets:
-      if t.proof and t.name not in self.seeds and check_proofs(self.pool, t.header, t.statement, [t.proof])[0].ok:
+    supplied = [t for t in self.targets if t.proof and t.name not in self.seeds]
+    accepted = shared_map(lambda part: [check_proofs(self.pool, t.header, t.statement, [t.proof])[0].ok for t in part],
+                          supplied)
+    for t, ok in zip(supplied, accepted):
+      if ok:
         completion = extraction.prover_completion(t.proof, t.header, t.statement, self.config.lean.prefill_proof)
         self.seeds.add(t.name, completion, 0, source="supplied")
-        added += 1
-    return added
+    return sum(accepted)
 
   # ---- the stages of an iteration (selfplay/step.run_step runs them in this order) -----------------
 
@@ -237,8 +250,7 @@ class LeanSelfPlay:
     valid_rows = [r for r, o in enumerate(outcomes) if o.valid]
     problems = ([(t.header, t.statement) for t in targets]
                 + [(self.by_name[outcomes[r].seed].header, outcomes[r].statement) for r in valid_rows])
-    with times("lean", "lean: proofs"):
-      prove_gen, verdicts, bodies = self._prove(engine, params, problems, key) if problems else (None, [], [])
+    prove_gen, verdicts, bodies = self._prove(engine, params, problems, key, times) if problems else (None, [], [])
     rates = np.asarray([np.mean(v) for v in verdicts], np.float32)
     solved = {target.name: prove_gen.texts[i * k + verdicts[i].index(True)]
               for i, target in enumerate(targets) if any(verdicts[i])}

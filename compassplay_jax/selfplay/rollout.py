@@ -7,9 +7,11 @@ from typing import Sequence
 import jax
 import numpy as np
 
+from compassplay_jax import distributed
 from compassplay_jax.config_base import dataclass_from
 from compassplay_jax.rewards.proposer_rewards import RewardConfig
 from compassplay_jax.sampling import SamplingConfig
+from compassplay_jax.sampling.generate import GenerationResult
 
 
 @dataclasses.dataclass
@@ -51,16 +53,39 @@ def truncate_prompt(tokenizer, text: str, max_tokens: int) -> list[int]:
 
 
 def sample(engine, params, tokenizer, prompts: Sequence[str | Sequence[int]], config, key, *, n_samples: int = 1,
-           max_new_tokens: int | None = None, stop_strings: Sequence[str] = ()):
+           max_new_tokens: int | None = None, stop_strings: Sequence[str] = (), on_finish=None):
   """Generation for prompts: texts (capped at config.sampling.max_prompt_tokens, keeping the end) or
   token ids (used as they are), through the run engine's rollout engine (`engine.rollout_engine`: the
-  one config.sampling.engine names, kept between calls; an external engine plugs in there)."""
+  one config.sampling.engine names, kept between calls; an external engine plugs in there).
+
+  Across processes each samples its share of the prompts (distributed.Shares) and all get the whole
+  result. on_finish(row, tokens, text, finish_reason): called as each row this process samples is
+  final (row: its prompt-major index among all prompts), while others still decode."""
+  shares = distributed.Shares.of(len(prompts))  # across processes each host samples its share
   ids = [truncate_prompt(tokenizer, p, config.sampling.max_prompt_tokens) if isinstance(p, str) else list(p)
-         for p in prompts]
+         for p in shares.take(list(prompts))]
   cfg = sampling_config(config, n_samples=n_samples, max_new_tokens=max_new_tokens, stop_strings=stop_strings)
   rollout_engine = engine.rollout_engine(tokenizer, config.sampling)
-  rollout_engine.update_params(params)
-  return rollout_engine.generate(ids, cfg, key)
+  rollout_engine.update_params(engine.sampler_params(params))  # cast once per update, on the sampler mesh
+  if shares.count == 1:
+    return rollout_engine.generate(ids, cfg, key, on_finish=on_finish)
+  offset = shares.start * n_samples  # this share's first row among all prompts' rows
+  local_finish = None if on_finish is None else (lambda row, *rest: on_finish(row + offset, *rest))
+  local = rollout_engine.generate(ids, cfg, jax.random.fold_in(key, shares.start), on_finish=local_finish) if ids else None
+  return gather_generation(local, shares, n_samples)
+
+
+def gather_generation(local, shares, n_samples: int) -> GenerationResult:
+  """One prompt-major GenerationResult over all prompts from each process's result on its share
+  (None for an empty share)."""
+  parts = [p for p in distributed.allgather_objects(local) if p is not None]
+  fields = {name: [x for p in parts for x in getattr(p, name)] for name in
+            ("prompt_tokens", "tokens", "logprobs", "finish_reasons")}
+  has_texts = all(p.texts is not None for p in parts)
+  rows = np.arange(shares.n * n_samples)
+  return GenerationResult(prompt_index=rows // n_samples, sample_index=rows % n_samples,
+                          lengths=np.concatenate([np.asarray(p.lengths) for p in parts]),
+                          texts=[t for p in parts for t in p.texts] if has_texts else None, **fields)
 
 
 def split_key(key, n: int):

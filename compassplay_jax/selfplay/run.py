@@ -19,7 +19,7 @@ from compassplay_jax.selfplay.session import Session
 SUMMARY_KEYS = [("proposer", "reward/proposer"), ("solver", "reward/solver"), ("valid", "valid_rate"),
                 ("in-band", "in_band_rate"), ("cos-paid", "cos_paid_count"), ("cos share", "cos_share"),
                 ("cos", "cos_valid_mean"), ("coverage", "coverage"), ("loss", "train/loss"),
-                ("tok/s", "tokens_per_s"), ("s", "time/step")]
+                ("tok/s", "tokens_per_s"), ("overlap", "overlap"), ("s", "time/step")]
 
 
 def train_config(config) -> TrainConfig:

@@ -63,14 +63,35 @@ def trained_tokens(prompt: Sequence[int], completion: Sequence[int], completion_
   return float(np.sum(m[:len(c)]))
 
 
+def truncated_lengths(prompt_len: int, completion_len: int, max_len: int | None) -> tuple[int, int]:
+  """(prompt, completion) lengths of a row after `_truncate`."""
+  if max_len is None or prompt_len + completion_len <= max_len:
+    return prompt_len, completion_len
+  c = min(completion_len, max(max_len - prompt_len, max_len // 2))
+  return max_len - c, c
+
+
+def packed_shape(lengths: Sequence[tuple[int, int]], *, max_len: int | None = None, completion_window: bool = False,
+                 buckets: Sequence[int] = LENGTH_BUCKETS) -> tuple[int, ...]:
+  """The column shape `pack` gives rows of these (prompt, completion) lengths: (length,) for the full
+  layout, (prompt columns, window) for the completion window. Across processes each packs only its
+  own rows, at the shape of everyone's (`pack(..., shape=)`)."""
+  rows = [truncated_lengths(p, c, max_len) for p, c in lengths]
+  if completion_window:
+    return (bucket(max((p for p, _ in rows), default=1), buckets),
+            bucket(max((c for _, c in rows), default=1), buckets) + 1)
+  return (bucket(max((p + c for p, c in rows), default=1), buckets),)
+
+
 def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int,
          logprobs: Sequence[Sequence[float]] | None = None, *, row_multiple: int = 1,
          max_len: int | None = None, completion_window: bool = False,
          completion_masks: Sequence[Sequence[float]] | None = None,
-         buckets: Sequence[int] = LENGTH_BUCKETS) -> PackedBatch:
+         buckets: Sequence[int] = LENGTH_BUCKETS, shape: tuple[int, ...] | None = None) -> PackedBatch:
   """Padded arrays for rows prompt_i + completion_i (layouts in the module docstring). Padding rows
   have all-zero masks. `completion_masks[i]` (default all ones) marks which completion tokens are
-  targets: 0 for tokens the model did not sample (e.g. a scaffold inserted between two segments)."""
+  targets: 0 for tokens the model did not sample (e.g. a scaffold inserted between two segments).
+  shape: the column shape to pad to (packed_shape of a larger set of rows); default these rows' own."""
   if len(prompts) != len(completions):
     raise ValueError(f"pack: {len(prompts)} prompts but {len(completions)} completions")
   rows = []
@@ -80,13 +101,13 @@ def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
     rows.append(_truncate(list(p), list(c), lp, m, max_len))
   n = len(rows)
   b = max(row_multiple, int(np.ceil(max(n, 1) / row_multiple) * row_multiple))
+  shape = shape or packed_shape([(len(p), len(c)) for p, c, _, _ in rows], completion_window=completion_window,
+                                 buckets=buckets)
   if completion_window:
-    prompt_len = bucket(max((len(p) for p, _, _, _ in rows), default=1), buckets)
-    window = bucket(max((len(c) for _, c, _, _ in rows), default=1), buckets) + 1
+    prompt_len, window = shape
     length = prompt_len + window - 1
   else:
-    length = bucket(max((len(p) + len(c) for p, c, _, _ in rows), default=1), buckets)
-    window = length
+    length = window = shape[0]
   tokens = np.full((b, length), pad_id, np.int32)
   attention = np.zeros((b, length), np.int32)
   loss = np.zeros((b, window), np.float32)

@@ -42,8 +42,9 @@ class Session:
     self.update_options = step_lib.UpdateOptions.from_config(config, tokenizer.pad_token_id)
 
   @classmethod
-  def create(cls, config, workdir) -> "Session":
-    """Checks the config, builds the model, engine and setting, and restores workdir's latest checkpoint."""
+  def create(cls, config, workdir, *, sampler=None) -> "Session":
+    """Checks the config, builds the model, engine and setting, and restores workdir's latest checkpoint.
+    sampler: rollout.sample's signature for the setting (default rollout.sample; tests script one)."""
     from compassplay_jax import sharding as sh
     from compassplay_jax.backend import describe_backend
     from compassplay_jax.data_checks import prepare_config
@@ -73,7 +74,7 @@ class Session:
     if engine.settings.train.micro_batch_size != config.train.micro_batch_size:
       print(f"[compassplay] train micro-batch {config.train.micro_batch_size} -> "
             f"{engine.settings.train.micro_batch_size} rows (a multiple of data*fsdp)", flush=True)
-    setting = make_setting(config, tokenizer)
+    setting = make_setting(config, tokenizer, sampler)
     try:
       # The KL term's frozen reference policy: the initial params, laid out like the policy (kept apart
       # from them, which the train step donates).
@@ -120,9 +121,15 @@ class Session:
     metrics.update({k: compiled_after[k] - compiled_before[k] for k in compiled_after})
     if config.eval.every_steps and step % config.eval.every_steps == 0:
       metrics.update(self.evaluate(step))
+    # What must be global is the same on every process (a no-op on one): else stop, naming the field.
+    extras = {"selfplay": self.setting.state_dict(), "step": step}
+    distributed.check_agreement(step, {
+        **{f"selfplay state [{name}]": value for name, value in extras["selfplay"].items()},
+        "candidate records": metrics.get("candidates", []), "checkpoint extras": extras,
+        "metrics": {k: v for k, v in metrics.items()
+                    if not k.startswith(("time/", "cost/", "compile/")) and k != "tokens_per_s"}})
     self.writer.write(step, metrics)
-    self.manager.save(step, self.params, self.opt_state, self.key,
-                      {"selfplay": self.setting.state_dict(), "step": step}, force=step == config.steps)
+    self.manager.save(step, self.params, self.opt_state, self.key, extras, force=step == config.steps)
     return metrics
 
   def evaluate(self, step: int) -> dict[str, float]:

@@ -18,14 +18,15 @@ def validate_setting(config) -> None:
     lean.validate_config(config)
 
 
-def make_setting(config, tokenizer):
-  """The setting's self-play object (a step.Setting; it opens its sandbox or Lean pool)."""
+def make_setting(config, tokenizer, sampler=None):
+  """The setting's self-play object (a step.Setting; it opens its sandbox or Lean pool). sampler:
+  rollout.sample's signature, default rollout.sample (tools and tests pass a scripted one)."""
   validate_setting(config)
   if config.setting == "coding":
     from compassplay_jax.selfplay import coding
     from compassplay_jax.verifiers.sandbox import SandboxLimits, SandboxPool
     pool = SandboxPool(num_workers=config.sandbox.num_workers or None,
                        limits=SandboxLimits(timeout_s=config.sandbox.timeout_s))
-    return coding.CodingSelfPlay(config, tokenizer, pool)
+    return coding.CodingSelfPlay(config, tokenizer, pool, sampler=sampler)
   from compassplay_jax.selfplay import lean
-  return lean.LeanSelfPlay(config, tokenizer)
+  return lean.LeanSelfPlay(config, tokenizer, sampler=sampler)

@@ -72,7 +72,7 @@ def heldout_problems(reward) -> list[HeldoutProblem]:
   everything = load_reference_set(path, _count_records(path), reward.reference_seed)  # all, shuffled by the seed
   reference = {_key(p.problem) for p in reference_problems(reward)} if reward.reference_path else set()
   pool = [p for p in everything if _key(p.problem) not in reference]
-  accuracy = reward.get("soar_signal", "nll") == "accuracy"
+  accuracy = reward.soar_signal == "accuracy"
   if accuracy:
     pool = [p for p in pool if last_boxed(p.solution)]
   if len(pool) < size:

@@ -24,7 +24,8 @@ from compassplay_jax.rewards import proposer_rewards as rewards_lib
 from compassplay_jax.rl.advantages import trr_plus_plus
 from compassplay_jax.selfplay import alignment, soar_measure
 from compassplay_jax.selfplay.rollout import Row
-from compassplay_jax.selfplay.sequences import LENGTH_BUCKETS, PackedBatch, pack, pack_by_length, trained_tokens
+from compassplay_jax.selfplay.sequences import (LENGTH_BUCKETS, PackedBatch, pack, pack_by_length, packed_shape,
+                                                trained_tokens)
 
 
 # ---- the records stages exchange ---------------------------------------------------------------------
@@ -99,7 +100,7 @@ class UpdateOptions:
     return cls(pad_id=pad_id, max_len=config_base.train_sequence_len(config),
                token_budget=config.train.micro_batch_tokens,
                recompute_logprobs=config_base.recompute_logprobs(config),
-               fresh_optimizer=bool(config.train.get("fresh_optimizer", False)))
+               fresh_optimizer=config.train.fresh_optimizer)
 
 
 @dataclasses.dataclass
@@ -171,7 +172,10 @@ def run_step(setting: Setting, engine, params, opt_state, step: int, key, *, upd
                                                        k_update, update, ref_params=ref_params)
     metrics.update(train_metrics)
   metrics.update(times.metrics())
-  metrics["time/step"] = time.time() - t0
+  metrics["time/step"] = wall = time.time() - t0
+  # Phases overlap (checks run while the device decodes): the share of phase time hidden by it.
+  busy = sum(times.seconds.values())
+  metrics["overlap"] = max(0.0, (busy - wall) / busy) if busy > 0 else 0.0
   return StepResult(params, opt_state, metrics, rows, verified.candidates, scores)
 
 
@@ -291,9 +295,15 @@ def update_params(engine, params, opt_state, chunks: Sequence[Sequence[Row]], ke
     opt_state = fresh_opt_state(engine, params, opt_state)
   bucketed = options.token_budget > 0
   size = engine.settings.train.micro_batch_size or engine.batch_divisor
-  host = [length_buckets(chunk, options.pad_id, options.token_budget, options.max_len) if bucketed
-          else [padded_batch(chunk, options.pad_id, size, options.max_len)] for chunk in chunks]
-  placed = [[engine.place_train_batch(mb, ref_params, None if bucketed else size) for mb in micro] for micro in host]
+  if bucketed:  # each process places only its share of every micro-batch's rows
+    host = [length_buckets(chunk, options.pad_id, options.token_budget, options.max_len) for chunk in chunks]
+    placed = [[_place_share(engine, mb, ref_params) for mb in micro] for micro in host]
+  else:  # each process packs and places only its share of every chunk's rows (distributed.Shares)
+    host, placed = [], []
+    for chunk in chunks:
+      local, batch = _local_train_batch(engine, chunk, options, size, ref_params)
+      host.append([local])
+      placed.append([batch])
   if options.recompute_logprobs:
     for i, micro in enumerate(placed):
       for mb in micro:
@@ -312,8 +322,9 @@ def update_params(engine, params, opt_state, chunks: Sequence[Sequence[Row]], ke
     step_metrics.append(jax.device_get(m))
   metrics = {f"train/{name}": float(np.mean([m[name] for m in step_metrics])) for name in step_metrics[0]}
   metrics.update({"train/optimizer_steps": len(chunks), "rows": sum(len(c) for c in chunks),
-                  "tokens/trained": int(sum(mb["loss_mask"].sum() for micro in host for mb in micro)),
-                  "tokens/update_padded": int(sum(mb["tokens"].size for micro in host for mb in micro))})
+                  "tokens/trained": int(sum(trained_tokens(r.prompt_ids, r.completion_ids, _mask(r), options.max_len)
+                                            for chunk in chunks for r in chunk)),
+                  "tokens/update_padded": int(sum(mb["tokens"].size for micro in placed for mb in micro))})
   if len(chunks) > 1:  # PPO mini-batches: from the second the ratio leaves 1 (per optimizer step, in order)
     metrics.update({f"train/per_step/{name}": [float(m[name]) for m in step_metrics]
                     for name in ("ratio_mean", "clip_frac", "approx_kl", "loss")})
@@ -326,6 +337,37 @@ def fresh_opt_state(engine, params, opt_state):
   reset = jax.jit(lambda p, _: engine.optimizer.init(p), donate_argnums=1, keep_unused=True,
                   out_shardings=engine.opt_shardings(opt_state))
   return reset(params, opt_state)
+
+
+def _place_share(engine, host_batch: dict, ref_params) -> dict:
+  """A host micro-batch every process built whole, placed from process-local rows: each process hands
+  over only its share of the rows (sharding.put_local_rows); with ref_params the reference log-probs
+  join it."""
+  from compassplay_jax import distributed
+  shares = distributed.Shares.of(len(host_batch["tokens"]))
+  local = {k: shares.take(np.asarray(v)) for k, v in host_batch.items()}
+  batch = engine.put_local_rows(local, engine.local_rows(shares.size))
+  return batch if ref_params is None else engine.with_reference(ref_params, batch)
+
+
+def _local_train_batch(engine, rows: Sequence[Row], options: UpdateOptions, micro_batch_size: int, ref_params):
+  """(this process's host batch, the placed global batch) of one optimizer step: every process packs
+  its share of the rows at the column shape of all of them, as its rows of the global batch (a
+  multiple of the train micro-batch); with ref_params the reference log-probs join it."""
+  from compassplay_jax import distributed
+  shares = distributed.Shares.of(len(rows))
+  shape = packed_shape([(len(r.prompt_ids), len(r.completion_ids)) for r in rows], max_len=options.max_len,
+                       completion_window=True)
+  mine = shares.take(list(rows))
+  packed = pack([r.prompt_ids for r in mine], [r.completion_ids for r in mine], options.pad_id,
+                [r.logprobs for r in mine], max_len=options.max_len, completion_window=True,
+                completion_masks=[_mask(r) for r in mine], shape=shape)
+  local = {**packed.as_dict(), "advantages": _advantages(mine) if mine else np.zeros((0,), np.float32)}
+  per_process = engine.local_rows(shares.size, micro_batch_size)
+  batch = engine.put_local_rows(local, per_process)
+  if ref_params is not None:
+    batch = engine.with_reference(ref_params, batch, micro_batch_size)
+  return local, batch
 
 
 # ---- timing -------------------------------------------------------------------------------------
@@ -346,6 +388,10 @@ class PhaseTimes:
       yield
     finally:
       self.seconds[phase] = self.seconds.get(phase, 0.0) + time.time() - t0
+
+  def add(self, phase: str, seconds: float) -> None:
+    """Time a phase spent in the background (checks overlapped with decoding, selfplay/overlap.py)."""
+    self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
 
   def metrics(self) -> dict[str, float]:
     return {f"time/{name}": seconds for name, seconds in self.seconds.items()}

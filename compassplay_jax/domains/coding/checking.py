@@ -21,7 +21,7 @@ that is not a plain value (e.g. a truncated repr) matches nothing. An induction 
 pass `static_rules` (the same rules as proposals), else it is wrong.
 
 Model output never makes these functions raise: an answer that cannot be
-parsed, run or read back is wrong, and the reason is counted in `verdict_stats`.
+parsed, run or read back is wrong, with its reason (`check_many_reasons`; the caller counts them).
 """
 import ast
 from typing import List, Sequence, Tuple
@@ -31,7 +31,6 @@ from compassplay_jax.domains.coding import parsing
 from compassplay_jax.domains.coding import static_rules
 from compassplay_jax.domains.coding import tasks
 from compassplay_jax.domains.coding import values
-from compassplay_jax.domains.coding import verdict_stats
 
 _FAILED = values.FAILED
 
@@ -92,6 +91,12 @@ def check_many(pool, items: Sequence[Tuple[tasks.CodingTask, Sequence[str]]]) ->
   any way are wrong; the gold and each answer run in separate jobs, and only
   their canonical texts are compared here.
   """
+  return check_many_reasons(pool, items)[0]
+
+
+def check_many_reasons(pool, items: Sequence[Tuple[tasks.CodingTask, Sequence[str]]]):
+  """(verdicts, reasons): check_many's verdicts and, per answer, why ("correct", "wrong",
+  "error: ...", "no answer", "unsafe program: ..."; verdict_stats.tally counts them)."""
   batch, plan = [], []
   for task, answers in items:
     gold_texts = _gold_texts(task)
@@ -109,36 +114,30 @@ def check_many(pool, items: Sequence[Tuple[tasks.CodingTask, Sequence[str]]]) ->
       batch.append(job)
     plan.append((answers, entry))
   results = pool.run_batch(batch)
-  verdicts = []
+  verdicts, reasons = [], []
   for (answers, entry) in plan:
     index, size = entry["gold"]
     gold = _canonical_texts(results[index], size)
-    verdict = {}
+    verdict, why = {}, {}
     for answer, reason in entry["refused"].items():
       verdict[answer] = False
-      verdict_stats.count("checking", f"unsafe program: {reason}")
+      why[answer] = f"unsafe program: {reason}"
     for answer, (index, size) in entry["answers"].items():
       texts = _canonical_texts(results[index], size)
       verdict[answer] = bool(gold) and all(
           not g.startswith(_FAILED) and g == v for g, v in zip(gold, texts))
-      verdict_stats.count("checking", "correct" if verdict[answer] else _reason(texts))
-    row = []
-    for a in answers:
-      if a in verdict if isinstance(a, str) else False:
-        row.append(verdict[a])
-      else:
-        verdict_stats.count("checking", "no answer")
-        row.append(False)
-    verdicts.append(row)
-  return verdicts
+      why[answer] = "correct" if verdict[answer] else _reason(texts)
+    known = [isinstance(a, str) and a in verdict for a in answers]
+    verdicts.append([verdict[a] if ok else False for a, ok in zip(answers, known)])
+    reasons.append([why[a] if ok else "no answer" for a, ok in zip(answers, known)])
+  return verdicts, reasons
 
 
 def extract_solver_answer(task: tasks.CodingTask, response: str):
   """The answer text from a full solver response (after '<think>'); None when absent."""
   try:
     return _extract_solver_answer(task, response)
-  except Exception:  # pylint: disable=broad-except  (parsing is total; this is a backstop)
-    verdict_stats.count("checking", "parse error")
+  except Exception:  # pylint: disable=broad-except  (parsing is total; this is a backstop; counted as no answer)
     return None
 
 

@@ -15,7 +15,7 @@ recorded field can break the tokenizer.
 
 Model output never makes these functions raise: any failure of a parse, a
 sandbox run or a JSON step becomes an invalid verdict with a reason, counted in
-`verdict_stats`.
+(the caller counts them: `verdict_stats.tally`).
 """
 import ast
 import re
@@ -26,7 +26,6 @@ from compassplay_jax.domains.coding import parsing
 from compassplay_jax.domains.coding import static_rules
 from compassplay_jax.domains.coding import tasks
 from compassplay_jax.domains.coding import values
-from compassplay_jax.domains.coding import verdict_stats
 
 # AZR's banned_words (azr_ppo_trainer.yaml), matched against dotted import components.
 AZR_BANNED_MODULES = ("logging", "random", "multiprocessing", "pebble", "subprocess", "threading",
@@ -172,7 +171,6 @@ def _text_reason(*texts) -> Optional[str]:
 
 
 def _invalid(reason: str) -> Result:
-  verdict_stats.count("validation", reason)
   return False, reason, None
 
 
@@ -207,7 +205,6 @@ def validate_io_batch(pool, items, **static_kwargs):
       continue
     task = tasks.CodingTask(type=task_type, program=program, input=args, output=gold,
                             imports=import_lines(program))
-    verdict_stats.count("validation", "ok")
     outcomes[i] = (True, "ok", task)
   return outcomes
 
@@ -265,5 +262,4 @@ def _validate_proposal(pool, task_type, response, source_program, num_inputs, st
   task = tasks.CodingTask(type=tasks.INDUCTION, program=source_program, inputs=tuple(inputs),
                           outputs=tuple(outputs), message=message,
                           imports=import_lines(source_program), num_visible=len(inputs) // 2)
-  verdict_stats.count("validation", "ok")
   return True, "ok", task

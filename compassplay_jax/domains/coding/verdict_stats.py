@@ -1,15 +1,13 @@
-"""Counts of every verdict reason (valid, invalid, wrong, error) for the training metrics.
+"""Counts of verdict reasons (valid, invalid, wrong, error) for the training metrics.
 
-Validation and checking never raise on model output; each failure is turned into a
-verdict and counted here under (stage, reason category), so a run's metrics show
-how often proposals were invalid and why, and how often checks hit errors.
+Validation and checking never raise on model output; each failure is a verdict with a reason:
+`validate_proposal` returns it, `checking.check_many_reasons` returns one per answer. The step that
+asked counts them (`tally`) under (stage, reason category), so a run's metrics show how often
+proposals were invalid and why, and how often checks hit errors. Nothing is kept between calls.
 """
 import collections
 import re
-import threading
-
-_lock = threading.Lock()
-_counts = collections.Counter()
+from typing import Iterable
 
 
 def category(reason: str) -> str:
@@ -19,15 +17,6 @@ def category(reason: str) -> str:
   return head[:60] or "unknown"
 
 
-def count(stage: str, reason: str, n: int = 1) -> None:
-  with _lock:
-    _counts[f"{stage}/{category(reason)}"] += n
-
-
-def snapshot(reset: bool = False) -> dict:
-  """{"validation/syntax error": 3, "checking/wrong": 5, ...}; reset=True starts a new window."""
-  with _lock:
-    out = dict(_counts)
-    if reset:
-      _counts.clear()
-  return out
+def tally(stage: str, reasons: Iterable[str]) -> collections.Counter:
+  """{"<stage>/<category>": count} of the reasons ("validation/syntax error": 3, "checking/wrong": 5)."""
+  return collections.Counter(f"{stage}/{category(r)}" for r in reasons)

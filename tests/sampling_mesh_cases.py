@@ -61,7 +61,7 @@ def test_sharded_engine_equals_one_device(model, shape):
   tensor = mesh.shape["tensor"]
   budget = 4 * batching.bytes_per_slot(CFG, 64, "float32", tensor) + batching.bytes_per_row(CFG, 32, 0)
   engine = ContinuousEngine(graphdef, None, params, memory_budget_bytes=budget, chunk_tokens=4, cache_length=64,
-                            mesh=mesh, max_prefill_tokens=32)
+                            mesh=mesh, max_prefill_tokens=32, shrink_floor=1)
   reported = {}
   got = engine.generate(_requests(), CONFIG, jax.random.key(5),
                         on_finish=lambda r, t, text, why: reported.setdefault(r, (t, why)))

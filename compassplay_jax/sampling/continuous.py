@@ -34,6 +34,9 @@ from compassplay_jax.sampling.stops import StopFinder
 QUEUE_ORDERS = ("arrival", "longest_first")
 REFILLS = ("continuous", "static")
 OnFinish = Callable[[int, np.ndarray, "str | None", str], None]
+# Shrinking stops at this many slots per batch device: below it a decode step costs about the same,
+# and every slot count is another decode program per attention window.
+SHRINK_FLOOR = 4
 
 
 @dataclasses.dataclass
@@ -106,14 +109,15 @@ class ContinuousEngine(RolloutEngine):
     jit). Every array the engine makes lives on this mesh; it need not span jax.devices().
   max_prefill_tokens: most prompt tokens (rows x bucket, per batch device) one prefill call runs.
   shrink: once no request waits and at most half the slots are live, move the live rows into half as
-    many slots (repeatedly, down to one per batch device), so the last rows of a call do not decode
-    beside empty slots (slots.compact; each device keeps its own rows).
+    many slots (repeatedly, down to shrink_floor per batch device), so the last rows of a call do not
+    decode beside empty slots (slots.compact; each device keeps its own rows).
   """
 
   def __init__(self, graphdef, tokenizer, params=None, *, slots: int | None = None,
                memory_budget_bytes: int | None = None, cache_length: int | None = None, chunk_tokens: int = 8,
                refill_threshold: int = 1, order: str = "arrival", cache_dtype: str | None = None,
-               refill: str = "continuous", mesh=None, max_prefill_tokens: int = 2048, shrink: bool = True):
+               refill: str = "continuous", mesh=None, max_prefill_tokens: int = 2048, shrink: bool = True,
+               shrink_floor: int = SHRINK_FLOOR):
     if slots is None and memory_budget_bytes is None:
       raise ValueError("ContinuousEngine needs slots or memory_budget_bytes")
     if slots is not None and slots < 1:
@@ -133,7 +137,9 @@ class ContinuousEngine(RolloutEngine):
     self._cache_dtype = cache_dtype
     self.slots, self.memory_budget_bytes, self.cache_length = slots, memory_budget_bytes, cache_length
     self.chunk_tokens, self.refill_threshold, self.order = chunk_tokens, refill_threshold, order
-    self.max_prefill_tokens, self.shrink = max_prefill_tokens, shrink
+    if shrink_floor < 1:
+      raise ValueError(f"shrink_floor={shrink_floor} is less than 1")
+    self.max_prefill_tokens, self.shrink, self.shrink_floor = max_prefill_tokens, shrink, shrink_floor
     self.mesh = mesh
     self.programs = slots_lib.SlotPrograms(mesh, None)
     self.stats = EngineStats()
@@ -335,7 +341,7 @@ class ContinuousEngine(RolloutEngine):
     d = self.programs.batch_divisor
     local = len(in_slot) // d
     shards = [[b for b in range(i * local, (i + 1) * local) if in_slot[b] is not None] for i in range(d)]
-    need = _pow2_at_least(max(len(x) for x in shards))
+    need = max(_pow2_at_least(max(len(x) for x in shards)), self.shrink_floor)
     if 2 * need > local:
       return state, in_slot, host_done
     keep = np.zeros((d * need,), np.int32)
@@ -385,7 +391,7 @@ class ContinuousEngine(RolloutEngine):
     states = {slots: state}  # every slot count shrinking can reach, from the largest down
     if self.shrink:
       p = _pow2_at_least(slots // d)
-      while p > 1:
+      while p > self.shrink_floor:
         p //= 2
         for size in [s for s in states if 2 * p * d <= s]:
           keep, valid = np.zeros((d * p,), np.int32), np.zeros((d * p,), bool)

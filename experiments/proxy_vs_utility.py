@@ -1,8 +1,8 @@
 """The paper's first-order premise, measured: does the cosine rank candidates by the reference-loss drop
 that one real step on them gives?
 
-  python experiments/proxy_vs_utility.py                       # configs/coding.py:demo, 40 candidates
-  python experiments/proxy_vs_utility.py --reuse --out=docs/figures/proxy   # re-analyse the cached files
+  python experiments/proxy_vs_utility.py --out=runs/proxy      # configs/coding.py:demo, 64 candidates
+  python experiments/proxy_vs_utility.py --reuse --out=docs/figures/proxy   # re-analyse the committed caches
 
 1. collect: real demo-scale self-play steps (selfplay/step.run_step with update=None, so the params stay
    at θ: real sampling, real sandbox, the step's own cosines) until --candidates valid candidates with a
@@ -49,10 +49,15 @@ def _load() -> str:
   return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def _write_json(path: pathlib.Path, payload) -> None:
+def _range(record: dict) -> str:
+  loads = record.get("load_1min") or [math.nan]
+  return f"{min(loads):.1f}–{max(loads):.1f}"
+
+
+def _write_json(path: pathlib.Path, payload, indent: int | None = 1) -> None:
   """Atomic: a crash leaves the previous file, never half of one."""
   tmp = path.with_suffix(path.suffix + ".tmp")
-  tmp.write_text(json.dumps(payload, indent=1))
+  tmp.write_text(json.dumps(payload, indent=indent, ensure_ascii=False))
   os.replace(tmp, path)
 
 
@@ -148,7 +153,8 @@ def collect(args, session, cache: pathlib.Path) -> dict:
           "completion_text": tok.decode(completion)})
     state["steps"], state["buffers"] = step, session.setting.state_dict()
     state["wall_s"] += time.time() - t0
-    _write_json(cache, state)
+    state.setdefault("load_1min", []).append(os.getloadavg()[0])  # the machine is shared: times need the load
+    _write_json(cache, state, indent=None)  # token ids: one line, not one line per id
     valid = sum(c.valid for c in result.candidates)
     print(f"[proxy] step {step}: {valid} of {len(result.candidates)} valid, "
           f"{len(state['candidates'])}/{args.candidates} collected, {time.time() - t0:.0f} s "
@@ -191,6 +197,7 @@ def measure(session, candidates: list[dict], lrs: list[float], path: pathlib.Pat
         raise SystemExit(f"error: L_ref(θ) {out['before']} differs from the cached {m['before']}: not the same θ")
       m["before"], m["ref_sq_norm"] = out["before"], out["ref_sq_norm"]
     m["wall_s"] += time.time() - t0
+    m.setdefault("load_1min", []).append(os.getloadavg()[0])
     _write_json(path, m)
     print(f"[proxy] measured {len(m['drops'])}/{len(solutions)} candidates ({len(fresh)} distinct new), "
           f"{time.time() - t0:.0f} s (load {_load()})", flush=True)
@@ -305,7 +312,7 @@ def scatter(candidates: list[dict], m: dict, path: pathlib.Path) -> None:
       ax.tick_params(labelsize=7)
   axes[0, 3].legend(fontsize=7)
   fig.tight_layout()
-  fig.savefig(path, dpi=80)
+  fig.savefig(path, dpi=72)
   plt.close(fig)
 
 
@@ -317,7 +324,7 @@ def parse_args(argv=None):
   parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                       help="config override, dotted key (repeatable), e.g. coding.proposals_per_type=8")
   parser.add_argument("--seed", type=int, default=0, help="config.seed: the steps' sampling keys and plans")
-  parser.add_argument("--candidates", type=int, default=40, help="valid candidates with a solution to collect")
+  parser.add_argument("--candidates", type=int, default=64, help="valid candidates with a solution to collect")
   parser.add_argument("--max-steps", type=int, default=30, help="give up after this many steps")
   parser.add_argument("--lrs", default="1e-5,1e-4,1e-3", help="SGD step sizes, comma-separated")
   parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples")
@@ -366,8 +373,9 @@ def main(argv=None) -> int:
   load_after = os.getloadavg()
   header = (f"`{args.config}`{''.join(f' --set {s}' for s in args.set)}, seed {args.seed}: {len(candidates)} "
             f"valid candidates ({analysis['n_distinct']} distinct solutions, {analysis['n_in_band']} in band) from {state['steps']} steps at the initial "
-            f"params; collection {state['wall_s']:.0f} s, measurement {m['wall_s']:.0f} s; this command "
-            f"{time.time() - t_start:.0f} s; load average (1/5/15 min) before "
+            f"params; collection {state['wall_s']:.0f} s (1-min load average {_range(state)}), measurement "
+            f"{m['wall_s']:.0f} s (load {_range(m)}); this command {time.time() - t_start:.0f} s, load average "
+            f"(1/5/15 min) before "
             f"{'/'.join(f'{x:.2f}' for x in load_before)}, after {'/'.join(f'{x:.2f}' for x in load_after)}")
   table = markdown(analysis, m, header)
   (out / "table.md").write_text(table)

@@ -104,10 +104,15 @@ def loss_drops(engine, params, reference, solutions, lrs, *, pad_id: int, max_le
 
 def build_config(spec: str, sets: list[str], seed: int):
   from compassplay_jax import sweep
-  config = sweep.load_config(spec)
-  for text in sets:
-    key, _, value = text.partition("=")
-    sweep.apply_override(config, key.strip(), value)
+  try:
+    config = sweep.load_config(spec)
+    for text in sets:
+      key, sep, value = text.partition("=")
+      if not sep or not key.strip():
+        raise sweep.SweepError(f"--set {text!r}: want KEY=VALUE (a dotted config key)")
+      sweep.apply_override(config, key.strip(), value)
+  except sweep.SweepError as e:
+    raise SystemExit(f"error: {e}") from None
   if config.setting != "coding":
     raise SystemExit(f"error: --config {spec}: a coding config is needed (its setting is {config.setting!r})")
   if config.reward.reference != "external":
@@ -352,6 +357,10 @@ def main(argv=None) -> int:
       raise SystemExit(f"error: {path} exists; pass --reuse to use it, or another --out")
   t_start, load_before = time.time(), os.getloadavg()
   state = json.loads(cache.read_text()) if cache.exists() else None
+  made_by = {"config": args.config, "set": args.set, "seed": args.seed}
+  if state is not None and {k: state[k] for k in made_by} != made_by:
+    raise SystemExit(f"error: {cache} was collected with {({k: state[k] for k in made_by})}; pass the same "
+                     "--config/--set/--seed or another --out")
   need_collect = state is None or len(state["candidates"]) < args.candidates
   m = json.loads(meas_path.read_text()) if meas_path.exists() else None
   if m is not None and m["lrs"] != args.lr_list:

@@ -363,8 +363,8 @@ class ContinuousEngine(RolloutEngine):
   def precompile(self, config: SamplingConfig, prompt_buckets, key=0, rows: int | None = None) -> None:
     """Compiles every program a `generate` call of `rows` rows (None: as many as the slots allow),
     prompts in these buckets and budgets up to config.max_new_tokens can need (prefill and insert per
-    bucket and prefill size, decode per window), so a timed or latency-sensitive call compiles
-    nothing. Runs no decode steps."""
+    bucket and prefill size, decode per window and slot count, compact per pair of slot counts), so a
+    timed or latency-sensitive call compiles nothing. Runs no decode steps."""
     if self.params is None:
       raise ValueError("ContinuousEngine has no params: call update_params first")
     eos_ids = _eos_ids(self.tokenizer, config)
@@ -388,21 +388,27 @@ class ContinuousEngine(RolloutEngine):
             cache_dtype=self.cache_dtype)
         state = self.programs.insert(state, prefix, self.programs.admit_arrays(slots), key, eos_ids=eos_ids)
     d = self.programs.batch_divisor
-    states = {slots: state}  # every slot count shrinking can reach, from the largest down
+    sizes = [slots]  # every slot count shrinking can reach, largest first
     if self.shrink:
       p = _pow2_at_least(slots // d)
       while p > self.shrink_floor:
         p //= 2
-        for size in [s for s in states if 2 * p * d <= s]:
-          keep, valid = np.zeros((d * p,), np.int32), np.zeros((d * p,), bool)
-          states[d * p] = self.programs.compact(states[size], keep, valid)
-    for size, st in sorted(states.items(), reverse=True):
+        if 2 * p * d <= slots:
+          sizes.append(d * p)
+    # One size at a time (at most two caches alive, as when a call shrinks): its decode programs, then
+    # its compactions to every smaller size, keeping the next size's state.
+    for i, size in enumerate(sizes):
       all_done = np.ones((size,), bool)
       for window in slots_lib.windows(length):
-        st, _ = self.programs.decode_chunk(self.graphdef, self.params, st, all_done, np.int32(size + 1),
-                                           sampler=config.sampler, eos_ids=eos_ids, window=window)
-      states[size] = st
-    self._state = jax.block_until_ready(states[slots])
+        state, _ = self.programs.decode_chunk(self.graphdef, self.params, state, all_done, np.int32(size + 1),
+                                              sampler=config.sampler, eos_ids=eos_ids, window=window)
+      if i == 0:
+        self._state = jax.block_until_ready(state)  # what a call of `rows` rows starts from
+      smaller = None
+      for target in sizes[i + 1:]:
+        out = self.programs.compact(state, np.zeros((target,), np.int32), np.zeros((target,), bool))
+        smaller = out if smaller is None else smaller
+      state = jax.block_until_ready(smaller) if smaller is not None else None
 
   @staticmethod
   def _finish(row: _Row, checked: int, eos_ids) -> bool:

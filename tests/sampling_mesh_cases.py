@@ -86,8 +86,9 @@ def test_sharded_engine_equals_one_device(model, shape):
     assert leaf.sharding.spec == sh.param_spec(sh.path_str(path), leaf.shape, mesh, CFG.head_dim)
 
 
-def test_decode_chunk_keeps_the_cache_split(model):
-  """The sharded decode program never gathers a whole KV cache onto one device."""
+def test_decode_and_insert_keep_the_cache_split(model):
+  """The sharded decode and insert programs never gather a whole KV cache onto one device (insert
+  gathers only the prefill's rows, which any slot may need)."""
   graphdef, params, _ = model
   mesh = sh.make_mesh((2, 2, 2))
   engine = ContinuousEngine(graphdef, None, params, slots=8, chunk_tokens=4, cache_length=64, mesh=mesh)
@@ -97,9 +98,17 @@ def test_decode_chunk_keeps_the_cache_split(model):
   jitted = engine.programs.decode_chunk_jit(graphdef, engine.params, state, host_done, np.int32(9),
                                             sampler=CONFIG.sampler, eos_ids=CONFIG.eos_ids, window=64)
   hlo = jitted.lower(engine.params, state, host_done, np.int32(9)).compile().as_text()
+  prefix = engine.programs.prefill_prompts(graphdef, engine.params, np.ones((4, 8), np.int32),
+                                           np.ones((4, 8), np.int32), np.zeros((4,), np.int32), jax.random.key(0),
+                                           n_samples=CONFIG.n_samples, sampler=CONFIG.sampler, cache_dtype="float32")
+  admit = engine.programs.admit_arrays(8)
+  insert = next(fn for key, fn in engine.programs._jits.items() if key[0] == "insert")
+  insert_hlo = insert.lower(state, prefix, admit, jax.random.key(0)).compile().as_text()
   full = f"f32[8,64,{CFG.num_key_value_heads},{CFG.head_dim}]"
-  gathers = [line for line in hlo.splitlines() if "all-gather" in line and full in line]
-  assert not gathers, gathers[:3]
+  for text in (hlo, insert_hlo):
+    gathers = [line for line in text.splitlines() if "all-gather" in line and full in line]
+    assert not gathers, gathers[:3]
+  assert "all-gather" in insert_hlo  # the prefix rows are gathered (the check sees all-gathers)
 
 
 def test_shrinking_keeps_each_devices_own_rows():

@@ -39,7 +39,9 @@ import re
 import sys
 import time
 
-from compassplay_jax.lean_syntax import lexer
+# Run as a script: the checkout's package, whether or not it is installed (sys.path[0] is tests/).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from compassplay_jax.lean_syntax import lexer  # noqa: E402
 from compassplay_jax.verifiers import lean_audit
 
 _KNOWN_IMPORTS = ("Mathlib", "Aesop", "Init", "Lean", "Std", "Batteries")

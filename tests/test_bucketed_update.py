@@ -14,6 +14,7 @@ from compassplay_jax.selfplay import sequences
 from compassplay_jax.selfplay.rollout import Row
 from compassplay_jax.selfplay.step import length_buckets as rows_to_micro_batches
 from compassplay_jax.selfplay.step import padded_batch as rows_to_batch
+from compassplay_jax.selfplay.step import with_advantages
 
 MODEL = ModelConfig(vocab_size=48, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                     num_attention_heads=2, num_key_value_heads=1)
@@ -66,7 +67,7 @@ def test_bad_token_budget_is_an_error():
 def test_bucketed_update_equals_one_padded_batch(budget):
   graphdef, params = nnx.split(init_decoder(MODEL, seed=0))
   # On TRAIN_BUCKETS: (256, 32), (256, 256) and (32, 32) bucket pairs (prompt, completion).
-  rows = _rows(1, lengths=((140, 20), (150, 130), (10, 3), (12, 5), (9, 30), (160, 2), (11, 4)))
+  rows = with_advantages(_rows(1, lengths=((140, 20), (150, 130), (10, 3), (12, 5), (9, 30), (160, 2), (11, 4))), None)
   cfg = train_step.TrainConfig(grad_clip=None, micro_batch_size=None, entropy_coef=0.01)
   sgd = optax.sgd(lambda count: 1.0)  # the update is minus the accumulated gradient
 

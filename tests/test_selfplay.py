@@ -111,7 +111,11 @@ def _main(args, timeout=600):
      "/nonexistent/model: no such checkpoint directory or GGUF file"),
     (["--config=configs/lean.py:tiny", f"--config.lean.targets_path={REPO}/tests/fixtures/lean/no_statements.json"],
      "no_statements.json[0]: missing key 'formal_statement' (or 'theorem')"),
-    (["--config=configs/lean.py"], "Lean REPL command 'lake' not found"),
+    (["--config=configs/lean.py", f"--config.lean.targets_path={REPO}/tests/fixtures/lean/tiny_targets.json"],
+     "Lean REPL command 'lake' not found"),
+    (["--config=configs/lean.py:tiny", f"--config.lean.targets_path={REPO}/tests/fixtures/lean/tiny_targets.json",
+      "--config.lean.command=python -c 'import sys; sys.exit(\"no lean here\")'"],
+     "Lean REPL failed on the header (crash): REPL process exited with code 1: no lean here"),
 ])
 def test_bad_input_is_one_line_before_any_model_loads(tmp_path, args, message):
   result = _main([*args, f"--workdir={tmp_path}"], timeout=120)

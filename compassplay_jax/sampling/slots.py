@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from compassplay_jax import sharding as sh
 from compassplay_jax.models.config import ModelConfig
@@ -240,6 +240,20 @@ def _shape(x) -> tuple:
   return (tuple(getattr(x, "shape", ())), str(getattr(x, "dtype", "")))
 
 
+class _HostArgsPlaced:
+  """A jitted program whose host (numpy) arguments are put on their shardings first: under several
+  processes jit refuses numpy inputs with non-replicated shardings, even on a host-local mesh.
+  `lower` is the jit's own (tests read the HLO)."""
+
+  def __init__(self, jitted, in_shardings):
+    self.jitted, self.in_shardings = jitted, in_shardings
+    self.lower = jitted.lower
+
+  def __call__(self, *args):
+    put = lambda s, x: x if isinstance(x, jax.Array) else jax.device_put(x, s)
+    return self.jitted(*jax.tree.map(put, self.in_shardings, args))
+
+
 class SlotPrograms:
   """The slot functions jitted for one mesh, cached per (static knobs, input shapes).
 
@@ -292,7 +306,8 @@ class SlotPrograms:
       fn = lambda k: init_slots(k, **static)
       if self.mesh is None:
         return jax.jit(fn)
-      return jax.jit(fn, in_shardings=sh.replicated(self.mesh), out_shardings=self._rows(jax.eval_shape(fn, key)))
+      return _HostArgsPlaced(jax.jit(fn, in_shardings=sh.replicated(self.mesh),
+                                     out_shardings=self._rows(jax.eval_shape(fn, key))), (sh.replicated(self.mesh),))
     return self._jit("init_slots", (tuple(sorted(static.items())), _shape(key)), build)(key)
 
   def prefill_prompts(self, graphdef, params, input_ids, prompt_mask, requests, key, *, n_samples: int,
@@ -305,8 +320,8 @@ class SlotPrograms:
       if self.mesh is None:
         return jax.jit(fn)
       rows = self._rows((input_ids, prompt_mask, requests))
-      return jax.jit(fn, in_shardings=(self.param_shardings(params), *rows, sh.replicated(self.mesh)),
-                     out_shardings=self._rows(jax.eval_shape(fn, *args)))
+      ins = (self.param_shardings(params), *rows, sh.replicated(self.mesh))
+      return _HostArgsPlaced(jax.jit(fn, in_shardings=ins, out_shardings=self._rows(jax.eval_shape(fn, *args))), ins)
     sig = (graphdef, tuple(sorted(static.items())), tuple(_shape(x) for x in jax.tree.leaves(args)))
     return self._jit("prefill_prompts", sig, build)(*args)
 
@@ -316,8 +331,8 @@ class SlotPrograms:
       if self.mesh is None:
         return jax.jit(fn, donate_argnums=(0,))
       s_sh = self._rows(state)
-      return jax.jit(fn, in_shardings=(s_sh, self._rows(prefix), self._repl(admit), sh.replicated(self.mesh)),
-                     out_shardings=s_sh, donate_argnums=(0,))
+      ins = (s_sh, self._rows(prefix), self._repl(admit), sh.replicated(self.mesh))
+      return _HostArgsPlaced(jax.jit(fn, in_shardings=ins, out_shardings=s_sh, donate_argnums=(0,)), ins)
     sig = (eos_ids, tuple(_shape(x) for x in jax.tree.leaves((state, prefix, admit, key))))
     return self._jit("insert", sig, build)(state, prefix, admit, key)
 
@@ -338,9 +353,9 @@ class SlotPrograms:
         return jax.jit(fn, donate_argnums=(1,))
       s_sh = self._rows(state)
       out = jax.eval_shape(fn, params, state, host_done, refill_at)
-      return jax.jit(fn, in_shardings=(self.param_shardings(params), s_sh, self._rows(host_done),
-                                       sh.replicated(self.mesh)),
-                     out_shardings=(s_sh, self._rows(out[1])), donate_argnums=(1,))
+      ins = (self.param_shardings(params), s_sh, self._rows(host_done), sh.replicated(self.mesh))
+      return _HostArgsPlaced(jax.jit(fn, in_shardings=ins, out_shardings=(s_sh, self._rows(out[1])),
+                                     donate_argnums=(1,)), ins)
     sig = (graphdef, tuple(sorted(static.items())),
            tuple(_shape(x) for x in jax.tree.leaves((params, state, host_done, refill_at))))
     return self._jit("decode_chunk", sig, build)
@@ -356,7 +371,8 @@ class SlotPrograms:
       specs = jax.tree.map(lambda s: s.spec, self._rows(state))
       rows = P(sh.BATCH_AXES)
       local = jax.shard_map(compact, mesh=self.mesh, in_specs=(specs, rows, rows), out_specs=specs)
-      return jax.jit(local)
+      split = NamedSharding(self.mesh, rows)
+      return _HostArgsPlaced(jax.jit(local), (self._rows(state), split, split))
     return self._jit("compact", sig, build)(state, keep, valid)
 
   def cast_params(self, params, dtype: str):

@@ -134,6 +134,12 @@ class LeanSelfPlay:
     self.by_name = {t.name: t for t in self.targets}
     l = config.lean
     self.pool = make_checker(l)  # config.lean.checker: local REPL pool or kimina-lean-server
+    if self.targets:  # a REPL that cannot start would fail every proof silently: one line at start-up instead
+      try:
+        self.pool.warm_up(self.targets[0].header)
+      except BaseException:
+        self.pool.close()
+        raise
     names = [t.name for t in self.targets]
     self.coverage = Coverage(names)
     self.seeds = SeedPool(names)

@@ -60,6 +60,14 @@ def continuous_decode_steps(lengths: Sequence[int], slots: int) -> int:
   return end
 
 
+def kv_token_reads(lengths: Sequence[int], prompt: int) -> int:
+  """Cache entries (tokens) attention reads over all decode steps of these rows when it reads only the
+  filled part of each row's cache: a row of L tokens decodes L - 1 steps, the one producing token t
+  (t = 1 .. L - 1) over prompt + t entries (the prompt and the tokens before it, itself included)."""
+  steps = [_steps(x) for x in lengths]
+  return sum(n * prompt + n * (n + 1) // 2 for n in steps)
+
+
 def lognormal_lengths(n: int, mean: float, sigma: float, cap: int, rng: np.random.Generator) -> np.ndarray:
   """n response lengths from a log-normal whose uncapped mean is `mean` (median mean * exp(-sigma^2/2)),
   rounded, at least 1 token and at most `cap` (the sampler's max_new_tokens)."""
@@ -139,11 +147,14 @@ class GenerateCall:
 @dataclasses.dataclass(frozen=True)
 class CheckBatch:
   """Verifier jobs as the loop submits them: `groups` groups one after another, each of
-  `jobs_per_group` jobs spread over at most `workers` processes."""
+  `jobs_per_group` jobs spread over at most `workers` processes. `overlaps`: the label of the
+  generate call whose decoding these checks run beside (selfplay/overlap.BackgroundChecks starts an
+  item's check as soon as its rows finish), "" when they run after it."""
   label: str
   groups: int
   jobs_per_group: int
   workers: int
+  overlaps: str = ""
 
   @property
   def jobs(self) -> int:
@@ -206,9 +217,9 @@ def coding_step_plan(config, batch_divisor: int, *, valid_fraction: float = 1.0,
   generate: the proposals in one call per decoding mode (coding.CodingSelfPlay._propose_all: the
   types that share a scaffold and prefix share a call; a scaffold decodes two segments), the solve-rate
   samples of the valid proposals in one call, the solver rollouts in one call. Checks: proposals are
-  validated one after another (CodingSelfPlay.verify calls validation.validate_proposal per
-  proposal), one job each; the solve-rate samples and the rollouts each in one pool batch
-  (checking.check_many), one job per sample. Reward (step.score with the external
+  validated one after another (CodingSelfPlay.verify runs validation.validate_proposal per proposal
+  on its host), one job each; the solve-rate samples and the rollouts on the sandbox pool's workers,
+  one job per sample, beside the decoding of their call (BackgroundChecks). Reward (step.score with the external
   reference): g_ref over reward.reference_size rows; cosines of every valid candidate
   (report_cosine), micro-batches padded to the reward micro-batch (fixed_rows). Update: one row per
   proposal and per rollout, in train.ppo_mini_batches optimizer steps (coding.ppo_mini_batches; AZR: 1).
@@ -243,8 +254,8 @@ def coding_step_plan(config, batch_divisor: int, *, valid_fraction: float = 1.0,
   micro_batches, logprob_passes = _update_counts(config, chunks, train_mb)
   workers = config.sandbox.num_workers or host_workers  # 0 = the host's cores
   checks = (CheckBatch("proposals (one by one)", proposals, 1, workers),
-            CheckBatch("solve-rate samples", 1, valid * c.solve_samples, workers),
-            CheckBatch("solver rollouts", 1, rollouts, workers))
+            CheckBatch("solve-rate samples", 1, valid * c.solve_samples, workers, overlaps="solve-rate samples"),
+            CheckBatch("solver rollouts", 1, rollouts, workers, overlaps="solver rollouts"))
   notes = [f"valid proposals: {valid} of {proposals} (assumed fraction {valid_fraction})"]
   if r.reference == "local":
     notes.append("reward.reference=local: one g_ref per seed; counted here as the external set (not modelled)")
@@ -267,13 +278,14 @@ class LeanOutcomes:
   conjecture_row_fraction: float = 0.7  # eligible conjectures in SGS's band (s <= p70) with a nonzero advantage
 
 
-def lean_iteration_plan(config, batch_divisor: int, outcomes: LeanOutcomes = LeanOutcomes()) -> StepPlan:
+def lean_iteration_plan(config, batch_divisor: int, outcomes: LeanOutcomes = LeanOutcomes(),
+                        host_workers: int = 64) -> StepPlan:
   """The device calls of one Lean iteration (selfplay/lean.py).
 
   generate: one conjecture call (conjectures_per_seed per seed; conditioning "seeds" = every solved
   target), one proof call (proofs_per_problem for every target and every valid conjecture). Checks:
-  one Lean job per proof, problem after problem (LeanSelfPlay._prove calls check_proofs once per
-  problem, so at most proofs_per_problem run at once). Reward (step.score, local reference): per seed with an eligible conjecture
+  one Lean job per proof on the pool's lean.num_workers (0: the host's cores), beside the proofs'
+  decoding (LeanSelfPlay._prove's BackgroundChecks). Reward (step.score, local reference): per seed with an eligible conjecture
   one g_ref of its one verified proof and one cosine call of its conjecture; each call's single row is
   padded to the mesh's batch divisor (alignment.reference_gradient / candidate_cosines without
   fixed_rows). Update: the rows in optimizer steps of lean.train_batch_size (one epoch), each in
@@ -306,7 +318,7 @@ def lean_iteration_plan(config, batch_divisor: int, outcomes: LeanOutcomes = Lea
            f"{o.conjecture_row_fraction} of eligible)",)
   return StepPlan(
       "lean", generate,
-      checks=(CheckBatch("proofs (problem by problem)", targets + valid, l.proofs_per_problem, l.num_workers),),
+      checks=(CheckBatch("proofs", 1, proofs, l.num_workers or host_workers, overlaps=generate[1].label),),
       g_ref_passes=eligible if uses_cos else 0, g_ref_rows=one_row,
       cosine_passes=eligible if uses_cos else 0, cosine_rows=one_row,
       train_micro_batches=micro_batches, train_rows=train_mb, optimizer_steps=steps, logprob_passes=logprob_passes,

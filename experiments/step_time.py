@@ -5,27 +5,30 @@ For configs/coding.py (one coding step) and configs/lean.py (one Lean iteration)
      lean_iteration_plan) with the outcome rates no config holds as stated assumptions (flags);
   2. FLOPs, HBM bytes and collective bytes per device of each device function the step runs, from
      XLA's ahead-of-time cost analysis of the run's own engine functions at the config's mesh and
-     dtypes (memory_report.lower_function on 8 simulated CPU devices; `--topology v5p:2x2x2` with
-     libtpu compiles for TPU instead), cached per function as JSON in --cache;
-  3. decode steps of the static schedule (what the sampler does) and of continuous batching, for
-     response lengths drawn from a stated log-normal (step_time_model);
+     dtypes (memory_report.lower_function; 8 simulated CPU devices, or with `--topology v5p:2x2x2`
+     and libtpu on PYTHONPATH the TPU compiler), cached per function as JSON in --cache;
+  3. decode steps for response lengths drawn from a stated log-normal: the static schedule (what the
+     sampler does), continuous batching with as many slots, and continuous batching with more slots
+     whose attention reads only the filled part of each row's cache (step_time_model);
   4. seconds = max(FLOPs / (peak x eff), bytes / (HBM x eff), collective bytes / (link x eff)) per call,
      where a decode step's bytes are the weights and KV cache a device holds, read once
      (`decode_figures`: XLA counts the in-place cache update as whole-cache traffic).
 
-XLA's cost analysis counts a loop body once, whatever its trip count (checked: the train step over 2
-micro-batches and over 1 report the same FLOPs), so each function is compiled as a loop-free "unit"
-of the run's program and multiplied by how often a step runs it: blocks unrolled (scan_layers off),
-plain attention (attention_query_chunk 0: the same FLOPs; the paper's chunked attention also
-recomputes each query block's scores once in the backward pass, not counted here), one micro-batch
-per call (g_ref, cosines, train). The decode loop's body is one decode step, so the decode function's
-figures are per step. Figures are per device (XLA:CPU reports the SPMD-partitioned program: the tiny
-model's train step on 8 devices costs 1/7.6 of one device's).
+XLA's cost analysis counts a loop body once, whatever its trip count (the train step over 2
+micro-batches and over 1 report the same FLOPs; tests/test_step_time.py), so each function is
+compiled as a loop-free "unit" of the run's program and multiplied by how often a step runs it:
+blocks unrolled (scan_layers off), plain attention (attention_query_chunk 0: the same FLOPs; the
+paper configs' chunked attention also recomputes each query block's scores in the backward pass,
+not counted), one micro-batch per call (g_ref, cosines, train). The decode loop's body is one
+decode step, so the decode function's figures are per step. Figures are per device: XLA reports the
+SPMD-partitioned program (the tiny model's train step on 8 devices costs 1/7.6 of one device's).
 
-  python3 experiments/step_time.py                       # both settings; compiles what is not cached
+  python3 experiments/step_time.py                       # both settings, XLA:CPU; compiles what is not cached
+  PYTHONPATH=/tmp/libtpu python3 experiments/step_time.py --topology v5p:2x2x2   # the TPU compiler's figures
   python3 experiments/step_time.py --setting coding --no-compile   # tables from the cache only
   python3 experiments/step_time.py --tiny --cache /tmp/st          # the tiny model, seconds (tests)
-Each 7B unit compiles in 0.5-3 minutes on 2 cores; run one process at a time.
+A 7B unit compiles in 0.5-6 minutes on XLA:CPU and 0.5-26 on the TPU compiler (2 busy cores, up to 9
+GB of memory): run one process at a time (libtpu also allows only one).
 """
 from __future__ import annotations
 
@@ -225,22 +228,25 @@ def _write(path: pathlib.Path, row: dict) -> None:
 
 # ---- the schedule ----------------------------------------------------------------------------------
 
-def decode_schedule(plan, mean: float, sigma: float, cap: int, rows: int, slot_counts, trials: int, seed: int):
-  """Per generate call: mean tokens per row and decode steps averaged over `trials` length draws, for
-  the static schedule ("static") and continuous batching with each slot count (its number)."""
+def decode_schedule(plan, mean: float, sigma: float, cap: int, rows: int, slot_counts, trials: int, seed: int,
+                    prompt: int):
+  """Per generate call, averaged over `trials` length draws: mean tokens per row, decode steps of the
+  static schedule ("static") and of continuous batching with each slot count (its number), and the
+  cache entries attention over the filled cache would read ("kv_tokens")."""
   import numpy as np
   from compassplay_jax import step_time_model as stm
   rng = np.random.default_rng(seed)
   out = []
   for call in plan.generate:
-    tokens, steps = [], {"static": [], **{s: [] for s in slot_counts}}
+    tokens, kv, steps = [], [], {"static": [], **{s: [] for s in slot_counts}}
     for _ in range(trials):
       lengths = stm.lognormal_lengths(call.rows, mean, sigma, cap, rng)
       tokens.append(lengths.mean())
+      kv.append(stm.kv_token_reads(lengths, prompt))
       steps["static"].append(stm.static_decode_steps(lengths, rows))
       for s in slot_counts:
         steps[s].append(stm.continuous_decode_steps(lengths, s))
-    out.append({"call": call, "mean_tokens": float(np.mean(tokens)),
+    out.append({"call": call, "mean_tokens": float(np.mean(tokens)), "kv_tokens": float(np.mean(kv)),
                 **{k: float(np.mean(v)) for k, v in steps.items()}})
   return out
 
@@ -276,8 +282,10 @@ def decode_figures(f: dict, weight_scale: float = 1.0) -> dict:
   return {**f, "bytes": f["param_bytes"] * weight_scale + f["cache_bytes"], "xla_bytes": f["bytes"]}
 
 
-def setting_rows(plan, units, figures, sched, checks, hardware, eff, rows, schedules) -> list[Row]:
-  """The per-phase rows of one setting (decode: one row per schedule, alternatives)."""
+def setting_rows(plan, units, figures, sched, checks, hardware, eff, rows, schedules,
+                 attention_flops_per_entry: float, continuous_weight_scale: float = 1.0) -> list[Row]:
+  """The per-phase rows of one setting (decode: one row per schedule, alternatives).
+  attention_flops_per_entry: per device, a decode step's attention FLOPs per cache entry it reads."""
   from compassplay_jax import step_time_model as stm
   out = []
 
@@ -288,9 +296,19 @@ def setting_rows(plan, units, figures, sched, checks, hardware, eff, rows, sched
 
   device_row("generate", "prefill", figures["prefill"], sum(c.prompts for c in plan.generate) / rows,
              units["prefill"].shapes)
-  for schedule, label, key in schedules:
-    device_row("generate", f"decode step, {label}", decode_figures(figures[key]), sum(s[schedule] for s in sched),
-               units[key].shapes, schedule)
+  for schedule, label, key, filled in schedules:
+    steps = sum(s[schedule] for s in sched)
+    # The continuous engine decodes from a compute-dtype copy cast once per update (update_params):
+    # with fp32 master weights and bf16 compute it reads half the weight bytes the static sampler does.
+    scale = 1.0 if schedule == "static" else continuous_weight_scale
+    f = decode_figures(figures[key], scale)
+    if filled:  # attention over the filled cache only: the step's mean cache traffic and attention FLOPs
+      work = units[key].work
+      entries = work.sampler_rows * (work.sampler_prompt_len + work.sampler_new_tokens)  # the compiled step's
+      read = sum(s["kv_tokens"] for s in sched) / steps  # entries read per step, on average
+      f = {**f, "bytes": f["param_bytes"] * scale + f["cache_bytes"] * read / entries,
+           "flops": f["flops"] - attention_flops_per_entry * (entries - read)}
+    device_row("generate", f"decode step, {label}", f, steps, units[key].shapes, schedule)
   for batch, secs in checks:
     out.append(Row("verify", f"{batch.label}: {batch.jobs:,} jobs, {batch.workers} workers", "host CPU", batch.groups,
                    None, {h: secs for h in hardware}, {h: "host" for h in hardware}))
@@ -317,7 +335,7 @@ def totals(rows_out: list[Row], hardware, schedules) -> dict:
       if not r.schedule:
         phases[r.phase] = phases.get(r.phase, 0.0) + r.seconds[h]
     decode = {r.schedule: r.seconds[h] for r in rows_out if r.schedule}
-    out[h] = {"phases": phases, "decode": decode, **{s: sum(phases.values()) + decode[s] for s, _, _ in schedules}}
+    out[h] = {"phases": phases, "decode": decode, **{s: sum(phases.values()) + decode[s] for s, *_ in schedules}}
   return out
 
 
@@ -327,12 +345,12 @@ def print_setting(name, spec, plan, sched, rows_out, hardware, backend, notes, s
     print(f"* {n}")
   print("\nGenerate calls (rows = prompts x samples; decode steps averaged over the length draws):\n")
   print("| call | prompts | samples | rows | mean tokens | " +
-        " | ".join(f"decode steps, {label}" for _, label, _ in schedules) + " |")
+        " | ".join(f"decode steps, {label}" for _, label, *_ in schedules) + " |")
   print("|---|---|---|---|---|" + "---|" * len(schedules))
   for s in sched:
     c = s["call"]
     print(f"| {c.label} | {c.prompts} | {c.samples} | {c.rows} | {s['mean_tokens']:.0f} | "
-          + " | ".join(f"{s[k]:,.0f}" for k, _, _ in schedules) + " |")
+          + " | ".join(f"{s[k]:,.0f}" for k, *_ in schedules) + " |")
   names = [hw.name for hw in hardware.values()]
   print(f"\nPer phase (figures per device and call from {backend} cost analysis; seconds per step on 8 x "
         + " / 8 x ".join(names) + "; decode rows are alternatives):\n")
@@ -353,7 +371,7 @@ def print_totals(tot, hardware, schedules, budget):
   print("|---|---|---|---|---|---|---|---|")
   for h, hw in hardware.items():
     t = tot[h]
-    for key, label, _ in schedules:
+    for key, label, *_ in schedules:
       ph = t["phases"]
       ratio = f"{t[key] / budget:.1f}x of {budget / 60:.1f} min" if budget else "-"
       print(f"| 8 x {hw.name} | {label} | {(ph.get('generate', 0.0) + t['decode'][key]) / 60:.1f} | "
@@ -361,51 +379,47 @@ def print_totals(tot, hardware, schedules, budget):
             f"{t[key] / 60:.1f} | {ratio} |")
 
 
-def obstacles(plan, units, figures, sched, rows_out, tot, hardware, eff, config, checks, check_model, prompt_bucket,
-              mean, budget, schedules):
-  """What stands between the estimate and the budget: each lever with the minutes it is worth per step,
-  from the static schedule (the run's sampler) down to the best case these levers reach."""
-  from compassplay_jax import step_time_model as stm
+def obstacles(plan, units, rows_out, tot, hardware, eff, config, checks, check_model, prompt_bucket, mean, budget,
+              schedules):
+  """What stands between the estimate and the budget: each lever with the minutes it saves per step,
+  applied in order from the static schedule, and what is left after all of them."""
   lines = []
-  (static, _, _), (cont, cont_label, _), (wide, wide_label, wide_key) = schedules
+  (static, *_), (cont, cont_label, *_), (wide, wide_label, *_) = schedules
   for h, hw in hardware.items():
     t = tot[h]
-    items = [(f"static schedule (each micro-batch waits for its longest row) -> {cont_label}",
-              t["decode"][static] - t["decode"][cont]),
-             (f"{cont_label} -> {wide_label} (weights read once per step for more rows)",
-              t["decode"][cont] - t["decode"][wide])]
-    steps = sum(s[wide] for s in sched)
-    if config.model.param_dtype == "float32":
-      d, light = decode_figures(figures[wide_key]), decode_figures(figures[wide_key], 0.5)
-      saved = steps * (stm.seconds(d["flops"], d["bytes"], d["link_bytes"], hw, eff)
-                       - stm.seconds(light["flops"], light["bytes"], light["link_bytes"], hw, eff))
-      items.append((f"the sampler reads the fp32 master weights ({d['param_bytes'] / 1e9:.2f} GB per device per step): "
-                    "a bf16 copy for decoding", saved))
-    update = sum(r.seconds[h] for r in rows_out if r.phase == "update")
+    left = {"decode": t["decode"][static], "prefill": t["phases"].get("generate", 0.0),
+            "verify": t["phases"].get("verify", 0.0), "reward": t["phases"].get("reward", 0.0),
+            "update": t["phases"].get("update", 0.0)}
+    items = []
+
+    def lever(text, part, saved):
+      items.append((text, saved))
+      left[part] -= saved
+
+    lever(f"static schedule (each micro-batch waits for its longest row) -> {cont_label}", "decode",
+          t["decode"][static] - t["decode"][cont])
+    lever(f"{cont_label} -> {wide_label}", "decode", t["decode"][cont] - t["decode"][wide])
     train_len = units["train"].length
     real = min(train_len, prompt_bucket + mean)
-    items.append((f"update rows padded to the batch's longest row ({train_len} tokens, mean row ~{real:.0f}): rows "
-                  f"packed by length (train.micro_batch_tokens, one device today)", update * (1 - real / train_len)))
+    lever(f"update rows padded to the batch's longest row ({train_len} tokens, mean row ~{real:.0f}): rows packed by "
+          "length (train.micro_batch_tokens; one device only today), FLOPs taken as proportional to length",
+          "update", left["update"] * (1 - real / train_len))
     if plan.setting == "lean":
-      serial = sum(secs for _, secs in checks)
-      pooled = sum(check_model(dataclasses.replace(b, groups=1, jobs_per_group=b.jobs)) for b, _ in checks)
-      items.append((f"Lean proofs checked problem by problem ({plan.checks[0].jobs_per_group} at a time): one pool "
-                    f"batch over lean.num_workers={plan.checks[0].workers}", serial - pooled))
+      pooled = sum(secs for _, secs in checks)
       many = dataclasses.replace(plan.checks[0], groups=1, jobs_per_group=plan.checks[0].jobs, workers=4224)
-      items.append(("... and 4224 checking CPUs (SGS: 128 jobs x 33 threads)", pooled - check_model(many)))
-      reward = sum(r.seconds[h] for r in rows_out if r.phase == "reward")
-      items.append((f"reward: one g_ref and one cosine call per seed, 1 row padded to {plan.g_ref_rows}: batch the "
-                    f"seeds", reward * (1 - 1 / plan.g_ref_rows)))
-    else:
-      items.append(("verification (host CPU; assumptions above)", t["phases"].get("verify", 0.0)))
-    best = t[static] - sum(secs for _, secs in items)
-    head = f"**8 x {hw.name}**: {t[static] / 60:.1f} min per step as the config runs (static schedule)"
+      lever(f"lean.num_workers {plan.checks[0].workers} -> 4224 checking CPUs (SGS: 128 jobs x 33 threads)", "verify",
+            pooled - check_model(many))
+      lever(f"reward: a g_ref and a cosine call per seed, each 1 row padded to {plan.g_ref_rows} -> seeds batched",
+            "reward", left["reward"] * (1 - 1 / plan.g_ref_rows))
+    best = sum(left.values())
+    head = f"**8 x {hw.name}**: {t[static] / 60:.1f} min per step with the static schedule"
     if budget:
       head += f", {t[static] / budget:.1f}x the paper's {budget / 60:.1f} min"
-    lines.append(head + f"; {best / 60:.1f} min with every lever below"
+    lines.append(head + f"; {best / 60:.1f} min after every lever below"
                  + (f" ({best / budget:.1f}x)" if budget else "") + ":")
     for text, secs in items:
-      lines.append(f"  - {text}: {secs / 60:.1f} min")
+      lines.append(f"  - {text}: -{secs / 60:.1f} min")
+    lines.append("  - left: " + ", ".join(f"{part} {secs / 60:.1f}" for part, secs in left.items()) + " min")
   return lines
 
 
@@ -479,25 +493,30 @@ def main(argv=None):
                                 f"{wide} rows, cache {bucket}+{cap}")
     train_cfg = EngineSettings.from_config(config).train
     figures = {k: unit_figures(u, cfg, mesh, train_cfg, backend, cache, not args.no_compile) for k, u in units.items()}
-    schedules = (("static", f"static, {rows}-row micro-batches", "decode"),
-                 (slots, f"continuous, {slots} slots", "decode" if slots == rows else "decode_slots"),
-                 (wide, f"continuous, {wide} slots", "decode_wide"))
+    # (key, label, decode unit, attention over the filled cache only)
+    schedules = (("static", f"static, {rows}-row micro-batches", "decode", False),
+                 (slots, f"continuous, {slots} slots", "decode" if slots == rows else "decode_slots", False),
+                 (wide, f"continuous, {wide} slots, attention over the filled cache", "decode_wide", True))
     if slots != rows:
       units["decode_slots"] = Unit("decode_slots", "decode", dataclasses.replace(
           units["decode"].work, sampler_rows=slots), f"{slots} rows, cache {bucket}+{cap}")
       figures["decode_slots"] = unit_figures(units["decode_slots"], cfg, mesh, train_cfg, backend, cache,
                                              not args.no_compile)
-    sched = decode_schedule(plan, mean, args.sigma, cap, rows, (slots, wide), args.trials, args.seed)
+    sched = decode_schedule(plan, mean, args.sigma, cap, rows, (slots, wide), args.trials, args.seed, bucket)
     check_model = lambda b: stm.check_seconds(b, job_s, args.timeout_fraction, timeout_s)  # noqa: E731
     checks = [(b, check_model(b)) for b in plan.checks]
-    rows_out = setting_rows(plan, units, figures, sched, checks, hardware, eff, rows, schedules)
+    # q.k and p.v: 2 x 2 x heads x head_dim FLOPs per cache entry and layer, split over the mesh
+    per_entry = 4 * cfg.num_attention_heads * cfg.head_dim * cfg.num_hidden_layers / mesh.size
+    halved = config.model.param_dtype == "float32" and config.model.dtype == "bfloat16"
+    rows_out = setting_rows(plan, units, figures, sched, checks, hardware, eff, rows, schedules, per_entry,
+                            0.5 if halved else 1.0)
     print_setting(name, spec, plan, sched, rows_out, hardware, backend, notes, schedules)
     tot = totals(rows_out, hardware, schedules)
     budget = PAPER_BUDGET.get(name) if not args.tiny else None
     print_totals(tot, hardware, schedules, budget)
     print("\nWhat stands in the way (minutes per step each lever is worth, applied in this order):\n")
-    for line in obstacles(plan, units, figures, sched, rows_out, tot, hardware, eff, config, checks, check_model,
-                          bucket, mean, budget, schedules):
+    for line in obstacles(plan, units, rows_out, tot, hardware, eff, config, checks, check_model, bucket, mean, budget,
+                          schedules):
       print(line if line.startswith("  ") else f"* {line}")
     for key in ("decode", "decode_wide"):
       d = figures[key]

@@ -76,6 +76,15 @@ def test_schedules_by_hand():
     stm.continuous_decode_steps([3], 0)
 
 
+def test_kv_token_reads_match_a_step_loop():
+  """Attention over the filled cache: the step that samples token t of a row reads prompt + t entries."""
+  rng = np.random.default_rng(1)
+  lengths = [int(x) for x in stm.lognormal_lengths(50, mean=30.0, sigma=1.0, cap=200, rng=rng)] + [1]
+  naive = sum(prompt + t for x in lengths for t in range(1, x) for prompt in (17,))
+  assert stm.kv_token_reads(lengths, 17) == naive
+  assert stm.kv_token_reads([1], 5) == 0 and stm.kv_token_reads([3], 5) == 6 + 7
+
+
 def test_lognormal_lengths_mean_and_cap():
   rng = np.random.default_rng(0)
   x = stm.lognormal_lengths(200_000, mean=1000.0, sigma=1.0, cap=10 ** 9, rng=rng)
@@ -145,7 +154,7 @@ def test_lean_paper_iteration_plan():
   plan = stm.lean_iteration_plan(config, batch_divisor=8, outcomes=outcomes)
   # 400 seeds -> 400 conjectures -> 200 valid -> 50 eligible; proofs (1000 + 200) x 8
   assert [(g.prompts, g.samples) for g in plan.generate] == [(400, 1), (1200, 8)]
-  assert [(b.groups, b.jobs_per_group, b.workers) for b in plan.checks] == [(1200, 8, config.lean.num_workers)]
+  assert [(b.groups, b.jobs_per_group, b.workers) for b in plan.checks] == [(1, 1200 * 8, config.lean.num_workers)]
   # one g_ref and one cosine call per eligible seed, a single row padded to the mesh's 8
   assert (plan.g_ref_passes, plan.g_ref_rows, plan.cosine_passes, plan.cosine_rows) == (50, 8, 50, 8)
   rows = 960 + 25  # 10% of 9600 proofs + half of 50 conjectures: 30 batches of 32 and one of 25
@@ -209,7 +218,7 @@ def test_step_time_script_on_the_tiny_model(tmp_path):
   assert set(rows) == {"prefill", "decode", "decode_wide", "g_ref", "cosines", "train"}
   out = first.stdout
   assert "| proofs (targets + valid conjectures) | 10 | 4 | 40 |" in out  # 8 targets + 2 valid conjectures, k = 4
-  assert "| verify | proofs (problem by problem): 40 jobs, 2 workers | host CPU | 10 |" in out
+  assert "| verify | proofs: 40 jobs, 2 workers | host CPU | 1 |" in out
   assert rows["train"]["mesh"] == "data=1, fsdp=8, tensor=1" and rows["train"]["link_bytes"] > 0
   # a decode step's HBM bytes in the table: the weights and KV cache one device holds, read once
   decode = rows["decode"]

@@ -11,6 +11,7 @@ import ml_collections
 from compassplay_jax.models.config import ModelConfig
 from compassplay_jax.rewards.proposer_rewards import RewardConfig
 from compassplay_jax.rl.train_step import TrainConfig
+from compassplay_jax.sampling.config import SamplingConfig
 from compassplay_jax.sharding import MeshConfig
 
 # AZR's in-training validation set (docs/paper_settings.md §6.1); pass "all" or a list for the others.
@@ -139,13 +140,11 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   # so a 7B run shards params, grads and AdamW state; set tensor for Megatron splits inside a layer.
   config.mesh = ml_collections.ConfigDict(dataclass_fields(MeshConfig))
 
-  config.sampling = ml_collections.ConfigDict()
-  config.sampling.temperature = 1.0
-  config.sampling.top_p = 1.0
-  config.sampling.top_k = 0  # 0 = off
-  config.sampling.max_new_tokens = 512
+  # SamplingConfig's defaults: temperature 1, top_p 1, top_k 0 (off), 512 new tokens, static engine
+  # micro-batches of 32 rows.
+  config.sampling = ml_collections.ConfigDict(dataclass_fields(
+      SamplingConfig, ("temperature", "top_p", "top_k", "max_new_tokens", "micro_batch_size")))
   config.sampling.max_prompt_tokens = 2048
-  config.sampling.micro_batch_size = 32  # static engine: rows generated at once
   config.sampling.engine = "continuous"  # continuous (batching by slots) | static (docs/sampling.md)
   config.sampling.chunk_tokens = 8  # continuous: decode steps per device call between slot refills
   # continuous: GB per device for decode slots (KV cache + per-step temporaries); 0 = half the device's

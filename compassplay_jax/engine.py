@@ -376,17 +376,17 @@ class Engine:
     if self.rollout is None:
       from compassplay_jax.sampling import batching
       from compassplay_jax.sampling.engine import make_engine
-      name = sampling.get("engine", "continuous")
+      name = sampling.engine
       mesh = getattr(self, "sampler_mesh", None) or self.mesh
       if name == "continuous" and not all(d.process_index == jax.process_index() for d in mesh.devices.flat):
         _log.warning("sampling.engine='continuous' needs a host-local mesh (engine.sampler_mesh); "
                      "this mesh spans processes, so rollouts use the static engine")
         name = "static"
       if name == "continuous":
-        budget_gb = float(sampling.get("memory_budget_gb", 0.0) or 0.0)
+        budget_gb = float(sampling.memory_budget_gb)
         budget = int(budget_gb * 2 ** 30) if budget_gb > 0 else batching.device_memory_budget(mesh.devices.flat)
         self.rollout = make_engine(name, self.graphdef, tokenizer, mesh=mesh, memory_budget_bytes=budget,
-                                   chunk_tokens=sampling.get("chunk_tokens", 8))
+                                   chunk_tokens=sampling.chunk_tokens)
       else:
         self.rollout = make_engine(name, self.graphdef, tokenizer, device_fns=self.local_sampler)
     return self.rollout

@@ -102,9 +102,9 @@ def warm_static(graphdef, params, tok, ids, config):
   with the same static arguments) at the cost of one decode step per micro-batch."""
   import jax.numpy as jnp
   from compassplay_jax.sampling import batching, decode
-  from compassplay_jax.sampling.generate import _eos_ids, _pad_id, graphdef_config
-  eos_ids = _eos_ids(tok, config)
-  pad_id = _pad_id(tok, eos_ids)
+  from compassplay_jax.sampling.generate import resolve_eos_ids, resolve_pad_id, graphdef_config
+  eos_ids = resolve_eos_ids(tok, config)
+  pad_id = resolve_pad_id(tok, eos_ids)
   static = dict(sampler=config.sampler, eos_ids=eos_ids, pad_id=pad_id)
   for mb in batching.plan(ids, graphdef_config(graphdef, params), config, pad_id):
     state = decode.prefill(graphdef, params, jnp.asarray(mb.input_ids), jnp.asarray(mb.mask),
@@ -135,7 +135,7 @@ def run_loop(args, model, tok):
   from compassplay_jax.sampling import SamplingConfig, batching
   from compassplay_jax.sampling.continuous import ContinuousEngine
   from compassplay_jax.sampling.engine import StaticEngine
-  from compassplay_jax.sampling.generate import _eos_ids, _pad_id
+  from compassplay_jax.sampling.generate import resolve_eos_ids, resolve_pad_id
   from compassplay_jax.sampling.prompts import encode_prompts
 
   graphdef, params = _nnx.split(model)
@@ -144,7 +144,7 @@ def run_loop(args, model, tok):
   config = SamplingConfig(temperature=args.temperature, top_k=args.top_k, max_new_tokens=args.budget,
                           n_samples=args.samples, micro_batch_size=args.micro_batch,
                           bucket_lengths=batching.prompt_buckets(args.max_prompt, args.budget))
-  pad_id = _pad_id(tok, _eos_ids(tok, config))
+  pad_id = resolve_pad_id(tok, resolve_eos_ids(tok, config))
   buckets = sorted({batching.bucket_length(len(x), config.bucket_lengths) for x in ids})
   budget = (args.memory_mb << 20) if args.memory_mb else batching.CPU_MEMORY_BUDGET
   key = jax.random.key(args.seed)

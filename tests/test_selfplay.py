@@ -183,7 +183,7 @@ def test_kill_and_resume_is_bitwise_identical(tmp_path):
 
 # Metrics that measure the machine, not the run (wall-clock stamps, timings, compilations): they differ
 # between a straight and a resumed run.
-_MACHINE_METRICS = ("time", "cost/", "compile/", "tokens_per_s")
+_MACHINE_METRICS = ("time", "cost/", "compile/", "tokens_per_s", "overlap")
 
 
 @pytest.mark.slow

@@ -32,12 +32,12 @@ class SamplingConfig:
   temperature: float = 1.0
   top_p: float = 1.0
   top_k: int = 0
-  max_new_tokens: int = 256
+  max_new_tokens: int = 512
   n_samples: int = 1
   stop_strings: tuple[str, ...] = ()
   eos_ids: tuple[int, ...] | None = None
   bucket_lengths: tuple[int, ...] = DEFAULT_BUCKETS
-  micro_batch_size: int = 64
+  micro_batch_size: int = 32
   memory_budget_bytes: int | None = None
   stop_check_every: int = 16
 

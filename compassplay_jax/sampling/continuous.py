@@ -26,7 +26,7 @@ import numpy as np
 
 from compassplay_jax.sampling import batching, slots as slots_lib
 from compassplay_jax.sampling.config import SamplingConfig
-from compassplay_jax.sampling.generate import GenerationResult, _as_key, _eos_ids, _pad_id, graphdef_config
+from compassplay_jax.sampling.generate import GenerationResult, as_prng_key, resolve_eos_ids, resolve_pad_id, graphdef_config
 from compassplay_jax.sampling.prompts import encode_prompts
 from compassplay_jax.sampling.rollout_engine import RolloutEngine, as_requests
 from compassplay_jax.sampling.stops import StopFinder
@@ -218,14 +218,14 @@ class ContinuousEngine(RolloutEngine):
       raise ValueError("ContinuousEngine has no params: call update_params first")
     requests = as_requests(requests)
     prompt_ids = encode_prompts(self.tokenizer, [r.prompt for r in requests])
-    eos_ids = _eos_ids(self.tokenizer, config)
-    pad_id = _pad_id(self.tokenizer, eos_ids)
+    eos_ids = resolve_eos_ids(self.tokenizer, config)
+    pad_id = resolve_pad_id(self.tokenizer, eos_ids)
     buckets = [batching.bucket_length(len(ids), config.bucket_lengths) for ids in prompt_ids]
     budgets = [r.budget(config) for r in requests]
     n = config.n_samples
     slots, length = self._shape(max(b + m for b, m in zip(buckets, budgets)), max(buckets), len(requests) * n)
     finders = {s: StopFinder(self.tokenizer, s) for s in {r.stops(config) for r in requests}}
-    key = _as_key(key)
+    key = as_prng_key(key)
     rows = [_Row(i, j, budgets[i], finders[requests[i].stops(config)], columns=buckets[i])
             for i in range(len(requests)) for j in range(n)]
     order = range(len(requests))
@@ -367,9 +367,9 @@ class ContinuousEngine(RolloutEngine):
     timed or latency-sensitive call compiles nothing. Runs no decode steps."""
     if self.params is None:
       raise ValueError("ContinuousEngine has no params: call update_params first")
-    eos_ids = _eos_ids(self.tokenizer, config)
-    pad_id = _pad_id(self.tokenizer, eos_ids)
-    key = _as_key(key)
+    eos_ids = resolve_eos_ids(self.tokenizer, config)
+    pad_id = resolve_pad_id(self.tokenizer, eos_ids)
+    key = as_prng_key(key)
     length = self.cache_length or _pow2_at_least(max(prompt_buckets) + config.max_new_tokens)
     most = self.max_slots(length, max(prompt_buckets))
     slots, length = self._shape(max(prompt_buckets) + config.max_new_tokens, max(prompt_buckets),

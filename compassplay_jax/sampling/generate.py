@@ -44,11 +44,13 @@ class GenerationResult:
     return len(self.tokens)
 
 
-def _as_key(key):
+def as_prng_key(key):
+  """A typed PRNG key from an int seed; keys pass through."""
   return jax.random.key(key) if isinstance(key, int) else key
 
 
-def _eos_ids(tokenizer, config: SamplingConfig) -> tuple[int, ...]:
+def resolve_eos_ids(tokenizer, config: SamplingConfig) -> tuple[int, ...]:
+  """The ids that end a row: config.eos_ids if given, else the tokenizer's."""
   if config.eos_ids is not None:
     return config.eos_ids
   if tokenizer is None:
@@ -57,7 +59,8 @@ def _eos_ids(tokenizer, config: SamplingConfig) -> tuple[int, ...]:
   return eos_token_ids(tokenizer)
 
 
-def _pad_id(tokenizer, eos_ids) -> int:
+def resolve_pad_id(tokenizer, eos_ids) -> int:
+  """The tokenizer's pad id, else the first eos id, else 0."""
   pad = getattr(tokenizer, "pad_token_id", None) if tokenizer is not None else None
   return int(pad if pad is not None else (eos_ids[0] if eos_ids else 0))
 
@@ -115,10 +118,10 @@ def generate(graphdef, params, tokenizer, prompts: Sequence[str] | Sequence[Sequ
   if not prompts:
     raise ValueError("prompts is empty")
   prompt_ids = encode_prompts(tokenizer, prompts)
-  eos_ids = _eos_ids(tokenizer, config)
-  pad_id = _pad_id(tokenizer, eos_ids)
+  eos_ids = resolve_eos_ids(tokenizer, config)
+  pad_id = resolve_pad_id(tokenizer, eos_ids)
   finder = StopFinder(tokenizer, config.stop_strings)
-  key = _as_key(key)
+  key = as_prng_key(key)
   model_cfg = graphdef_config(graphdef, params)
   n_rows = len(prompt_ids) * config.n_samples
   out_tokens, out_lp = [None] * n_rows, [None] * n_rows

@@ -50,23 +50,38 @@ def reference(graphdef, params, vocab=97, r=3, t=16, seed=7):
   return reference_gradient_jit(graphdef, params, tokens, loss, None, micro_batch=2)
 
 
-def flat(tree):
-  return np.concatenate([np.asarray(x, np.float64).ravel() for x in jax.tree.leaves(tree)])
+def leaves(tree):
+  """A gradient pytree as flat float32 numpy vectors, one per leaf (views of the host arrays)."""
+  return [np.asarray(x).ravel() for x in jax.tree.leaves(tree)]
+
+
+def dot64(a, b):
+  """<a, b> over all leaves, accumulated in float64: einsum casts in small buffers, so a 135M-parameter
+  gradient needs no float64 copy of itself (a concatenated float64 copy cost ~1 s per vector)."""
+  return sum(float(np.einsum("i,i->", x, y, dtype=np.float64)) for x, y in zip(a, b))
+
+
+def _candidate_loss(params, graphdef, tokens, loss_mask, attention_mask):
+  return per_sequence_loss(graphdef, params, tokens, loss_mask, attention_mask)[0]
+
+
+# One candidate's gradient by plain jax.grad; compiled once per model and row shape.
+grad_one = jax.jit(jax.grad(_candidate_loss), static_argnums=1)
 
 
 def oracle(graphdef, params, g_ref, tokens, loss_mask, attention_mask):
-  """(cos, ip, sq, ref_sq) from per-candidate jax.grad, flattened to float64 vectors."""
-  grad_one = jax.jit(jax.grad(lambda p, t, l, a: per_sequence_loss(graphdef, p, t, l, a)[0]))
-  r = flat(g_ref)
+  """(cos, ip, sq, ref_sq) from per-candidate jax.grad, reduced in float64."""
+  r = leaves(g_ref)
+  ref_sq = dot64(r, r)
   ips, sqs = [], []
   for i in range(tokens.shape[0]):
-    g = flat(grad_one(params, tokens[i:i + 1], loss_mask[i:i + 1], attention_mask[i:i + 1]))
-    ips.append(g @ r)
-    sqs.append(g @ g)
+    g = leaves(grad_one(params, graphdef, tokens[i:i + 1], loss_mask[i:i + 1], attention_mask[i:i + 1]))
+    ips.append(dot64(g, r))
+    sqs.append(dot64(g, g))
   ips, sqs = np.array(ips), np.array(sqs)
-  denom = np.sqrt(sqs * (r @ r))
+  denom = np.sqrt(sqs * ref_sq)
   cos = np.where(denom > 0, ips / np.where(denom > 0, denom, 1.0), 0.0)
-  return cos, ips, sqs, r @ r
+  return cos, ips, sqs, ref_sq
 
 
 def assert_matches(res, want, raw_rtol=TOL):
@@ -132,7 +147,11 @@ def test_smollm2_matches_oracle(smollm2):
   loss_mask = attn.copy()
   loss_mask[:, :t - 8] = 0  # the last 8 tokens are the "solution"
   tokens, loss_mask, attn = map(jnp.asarray, (tokens, loss_mask, attn))
-  g_ref = reference_gradient_jit(graphdef, params, tokens[:2], loss_mask[:2], attn[:2], micro_batch=2)
+  # g_ref: the mean loss gradient of the first two candidates (what reference_gradient computes:
+  # tests/test_rewards_reference.py), by the oracle's compiled jax.grad: one 30-layer program fewer.
+  g0, g1 = (grad_one(params, graphdef, tokens[i:i + 1], loss_mask[i:i + 1], attn[i:i + 1]) for i in (0, 1))
+  g_ref = jax.tree.map(lambda a, b: (a + b) / 2, g0, g1)
+  del g0, g1
   want = oracle(graphdef, params, g_ref, tokens, loss_mask, attn)
   for method in ("direct", "fused"):
     # Raw statistics of a trained model carry fp32 noise of ~1e-5 in the oracle itself (1 - p with

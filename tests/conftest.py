@@ -60,3 +60,15 @@ def smollm2_torch():
                                                             dtype=torch.float32).eval()
   tokenizer = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
   return model, tokenizer
+
+
+@pytest.fixture(scope="session")
+def coding_tiny_runs(tmp_path_factory):
+  """coding:tiny run straight through a Session, and the same config killed and resumed as a sweep cell:
+  made once per test session (across xdist workers) for the tests that assert on them (tests/shared_runs.py).
+  Attributes: straight, sweep (directories), session, sweep_record (what was printed and recorded)."""
+  import types
+  from tests import shared_runs
+  directory, record = shared_runs.coding_tiny_runs(tmp_path_factory)
+  return types.SimpleNamespace(straight=directory / "straight", sweep=directory / "sweep",
+                               session=record["session"], sweep_record=record["sweep"])

@@ -11,6 +11,7 @@ from flax import nnx
 
 from compassplay_jax.checkpoint import CheckpointManager
 from compassplay_jax.selfplay.run import build_model, run
+from tests.main_in_process import run_main
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 FAKE_REPL = REPO / "tests" / "fake_lean_repl.py"
@@ -85,11 +86,33 @@ def test_coding_tiny_two_steps_with_the_kl_term(tmp_path):
   assert json.loads((tmp_path / "summary.json").read_text())["steps"] == 2
 
 
+LEAN_STEPS = 2  # lean:tiny's own length
+
+
+@pytest.fixture(scope="module")
+def lean_tiny_runs(tmp_path_factory):
+  """lean:tiny with the stand-in REPL, made once per test session (tests/shared_runs.py): straight/ runs
+  its LEAN_STEPS iterations; interrupted/ is the same run killed -9 during the last iteration, once the
+  one before is checkpointed, and resumed in this process."""
+  from tests import shared_runs
+
+  def make(directory):
+    config = _config("lean:tiny", **_lean_overrides())
+    assert config.steps == LEAN_STEPS
+    run(config, directory / "straight")
+    overrides = [f"--config.{k}={v}" for k, v in _lean_overrides().items()]
+    _kill_after_step_and_resume(config, ["--config=configs/lean.py:tiny", *overrides], directory / "interrupted",
+                                LEAN_STEPS - 1)
+    return {}
+  directory, _ = shared_runs.once(tmp_path_factory, "lean_tiny_runs", make)
+  return directory / "straight", directory / "interrupted"
+
+
 @pytest.mark.slow
-def test_lean_tiny_two_iterations_with_stand_in_repl(tmp_path):
+def test_lean_tiny_two_iterations_with_stand_in_repl(lean_tiny_runs):
+  straight, _ = lean_tiny_runs
   config = _config("lean:tiny", **_lean_overrides())
-  run(config, tmp_path)
-  lines, extra = _check_run(tmp_path, config, 2)
+  lines, extra = _check_run(straight, config, LEAN_STEPS)
   assert "coverage" in lines[-1] and "train/loss" in lines[0]
   coverage = json.loads(extra["selfplay"]["coverage"])
   assert coverage  # the coverage history is checkpointed
@@ -98,11 +121,6 @@ def test_lean_tiny_two_iterations_with_stand_in_repl(tmp_path):
   for line in lines:
     if "rows" in line:
       assert line["train/optimizer_steps"] == -(-line["rows"] // config.lean.train_batch_size)
-
-
-def _main(args, timeout=600):
-  return subprocess.run([sys.executable, "-m", "compassplay_jax.main", *args], cwd=REPO, capture_output=True,
-                        text=True, timeout=timeout)
 
 
 @pytest.mark.parametrize("args,message", [
@@ -117,29 +135,32 @@ def _main(args, timeout=600):
       "--config.lean.command=python -c 'import sys; sys.exit(\"no lean here\")'"],
      "Lean REPL failed on the header (crash): REPL process exited with code 1: no lean here"),
 ])
-def test_bad_input_is_one_line_before_any_model_loads(tmp_path, args, message):
-  result = _main([*args, f"--workdir={tmp_path}"], timeout=120)
-  assert result.returncode == 2, result.stderr[-2000:]
-  last = result.stderr.strip().splitlines()[-1]
-  assert last.startswith("error: ") and message in last, result.stderr[-2000:]
+def test_bad_input_is_one_line_before_any_model_loads(tmp_path, monkeypatch, capsys, args, message):
+  """main's entry() in this process (tests/main_in_process.py); test_user_errors.py runs the command itself."""
+  monkeypatch.chdir(REPO)
+  code, stderr = run_main([*args, f"--workdir={tmp_path}"], capsys)
+  assert code == 2, stderr[-2000:]
+  last = stderr.strip().splitlines()[-1]
+  assert last.startswith("error: ") and message in last, stderr[-2000:]
   assert not (tmp_path / "checkpoints").exists()
 
 
-def test_reference_file_without_gold_solutions(tmp_path):
+def test_reference_file_without_gold_solutions(tmp_path, monkeypatch, capsys):
   bad = tmp_path / "ref.jsonl"
   bad.write_text(json.dumps({"problem": "1+1?", "answer": "2"}) + "\n")
-  result = _main(["--config=configs/coding.py:tiny", f"--config.reward.reference_path={bad}",
-                  f"--workdir={tmp_path / 'run'}"], timeout=120)
-  assert result.returncode == 2
-  assert result.stderr.strip().splitlines()[-1] == f"error: {bad}:1: no gold solution (key 'solution')"
+  monkeypatch.chdir(REPO)
+  code, stderr = run_main(["--config=configs/coding.py:tiny", f"--config.reward.reference_path={bad}",
+                           f"--workdir={tmp_path / 'run'}"], capsys)
+  assert code == 2
+  assert stderr.strip().splitlines()[-1] == f"error: {bad}:1: no gold solution (key 'solution')"
 
 
 def _arrays(tree):
   return [np.asarray(x) for x in jax.tree.leaves(tree)]
 
 
-def _kill_after_step_2_and_resume(config, main_args, interrupted):
-  """Runs main with main_args as a subprocess, kills it (-9) once step 2's checkpoint exists, then
+def _kill_after_step_and_resume(config, main_args, interrupted, step):
+  """Runs main with main_args as a subprocess, kills it (-9) once `step`'s checkpoint exists, then
   resumes in this process to config.steps."""
   import os
   import signal
@@ -147,38 +168,48 @@ def _kill_after_step_2_and_resume(config, main_args, interrupted):
   proc = subprocess.Popen([sys.executable, "-m", "compassplay_jax.main", *main_args, f"--workdir={interrupted}"],
                           cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   deadline = time.time() + 600
-  while not (interrupted / "checkpoints" / "2").is_dir() and time.time() < deadline and proc.poll() is None:
+  while not (interrupted / "checkpoints" / str(step)).is_dir() and time.time() < deadline and proc.poll() is None:
     time.sleep(0.2)
   assert proc.poll() is None, "the run ended before it could be killed"
   os.kill(proc.pid, signal.SIGKILL)
   proc.wait()
   with CheckpointManager(interrupted / "checkpoints", create=False) as manager:
-    assert manager.latest_step() in (2, 3)
+    assert manager.latest_step() in (step, step + 1)
   run(config, interrupted)
 
 
-def _assert_same_final_state(config, straight, interrupted):
-  """Step 4 in both work directories, params and optimizer state equal bit for bit; the selfplay extras."""
-  _, step_a, params_a, opt_a, extra_a = _restore(straight, config)
-  _, step_b, params_b, opt_b, extra_b = _restore(interrupted, config)
-  assert step_a == step_b == 4
-  for a, b in zip(_arrays(params_a) + _arrays(opt_a), _arrays(params_b) + _arrays(opt_b)):
-    np.testing.assert_array_equal(a, b)
-  return extra_a, extra_b
+def _state_at(workdir, config, step):
+  """(arrays of params, optimizer state and PRNG key, checkpoint extras) of workdir's checkpoint `step`."""
+  from compassplay_jax.rl.train_step import init_train_state
+  from compassplay_jax.selfplay.run import train_config
+  model, _ = build_model(config)
+  params, opt_state = init_train_state(nnx.split(model)[1], train_config(config))
+  with CheckpointManager(workdir / "checkpoints", create=False) as manager:
+    _, params, opt_state, key, extra = manager.restore(step, params=params, opt_state=opt_state)
+  return _arrays(params) + _arrays(opt_state) + [np.asarray(jax.random.key_data(key))], extra
 
 
 @pytest.mark.slow
-def test_kill_and_resume_is_bitwise_identical(tmp_path):
-  """4 steps straight vs. 2 steps, kill -9 (while step 3 runs), resume to 4: same params, optimizer
-  state and task buffers, bit for bit."""
-  straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
-  config = _config("coding:tiny", steps=4)
-  run(config, straight)
-  _kill_after_step_2_and_resume(config, ["--config=configs/coding.py:tiny", "--config.steps=4"], interrupted)
-  extra_a, extra_b = _assert_same_final_state(config, straight, interrupted)
-  assert extra_a["selfplay"] == extra_b["selfplay"]
-  steps = [json.loads(l)["step"] for l in (interrupted / "metrics.jsonl").read_text().splitlines()]
-  assert steps == [1, 2, 3, 4]  # no lost or repeated step in the metrics either
+def test_kill_and_resume_is_bitwise_identical(coding_tiny_runs):
+  """coding:tiny 2 steps straight (a Session) vs. the same config as a sweep cell killed -9 while step 2
+  runs and resumed by the sweep (tests/shared_runs.py): same params, optimizer state, PRNG key and task
+  buffers at step 2, bit for bit."""
+  from tests import shared_runs
+  cell = coding_tiny_runs.sweep / "compassplay_cos" / "seed_0"
+  assert coding_tiny_runs.sweep_record["killed_at"] == 1, "the cell was not killed between its checkpoints"
+  assert json.loads((cell / "summary.json").read_text())["resumed_from"] == 1, "step 2 was not resumed"
+  config = shared_runs.tiny_config()
+  arrays_a, extra_a = _state_at(coding_tiny_runs.straight, config, 2)
+  arrays_b, extra_b = _state_at(cell, config, 2)
+  for a, b in zip(arrays_a, arrays_b, strict=True):
+    np.testing.assert_array_equal(a, b)
+  assert extra_a == extra_b  # the task buffers, the step
+  lines = [[json.loads(l) for l in (d / "metrics.jsonl").read_text().splitlines()]
+           for d in (coding_tiny_runs.straight, cell)]
+  assert [l["step"] for l in lines[1]] == [1, 2]  # no lost or repeated step in the metrics either
+  same = [{k: v for k, v in l[1].items() if not k.startswith(_MACHINE_METRICS)} for l in lines]
+  assert same[0]["step"] == 2 and "train/loss" in same[0]
+  assert same[0] == same[1]  # the resumed step's metrics line
 
 
 # Metrics that measure the machine, not the run (wall-clock stamps, timings, compilations): they differ
@@ -187,33 +218,27 @@ _MACHINE_METRICS = ("time", "cost/", "compile/", "tokens_per_s", "overlap")
 
 
 @pytest.mark.slow
-def test_lean_kill_and_resume_keeps_seed_pool_and_coverage(tmp_path):
-  """Lean: 3 iterations straight vs. 2, kill -9 (during iteration 3), resume to 3: params, optimizer
+def test_lean_kill_and_resume_keeps_seed_pool_and_coverage(lean_tiny_runs):
+  """Lean: 2 iterations straight vs. 1, kill -9 (during iteration 2), resume to 2: params, optimizer
   state, PRNG key, seed pool (verified proofs), coverage (first-solved iterations, curve) and the
-  generation count equal bit for bit, and so does iteration 3's metrics line."""
-  straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
-  config = _config("lean:tiny", steps=3, **_lean_overrides())
-  run(config, straight)
-  overrides = [f"--config.{k}={v}" for k, v in _lean_overrides().items()]
-  _kill_after_step_2_and_resume(config, ["--config=configs/lean.py:tiny", "--config.steps=3", *overrides],
-                                interrupted)
-  assert json.loads((interrupted / "summary.json").read_text())["resumed_from"] == 2, "iteration 3 was not resumed"
-  states = []
-  for workdir in (straight, interrupted):
-    _, step, params, opt_state, _ = _restore(workdir, config)
-    with CheckpointManager(workdir / "checkpoints", create=False) as manager:
-      _, _, _, key, extra = manager.restore(step=3)
-    assert step == 3
-    states.append((_arrays(params) + _arrays(opt_state) + [np.asarray(jax.random.key_data(key))], extra))
-  (arrays_a, extra_a), (arrays_b, extra_b) = states
+  generation count equal bit for bit, and so does iteration 2's metrics line."""
+  straight, interrupted = lean_tiny_runs
+  config = _config("lean:tiny", **_lean_overrides())
+  resumed_from = LEAN_STEPS - 1
+  assert json.loads((interrupted / "summary.json").read_text())["resumed_from"] == resumed_from, (
+      f"iteration {LEAN_STEPS} was not resumed")
+  (arrays_a, extra_a), (arrays_b, extra_b) = (_state_at(d, config, LEAN_STEPS) for d in (straight, interrupted))
   for a, b in zip(arrays_a, arrays_b, strict=True):
     np.testing.assert_array_equal(a, b)
+  _, restored = _state_at(straight, config, resumed_from)
+  assert json.loads(restored["selfplay"]["seeds"])["seeds"], (
+      f"no target proved by iteration {resumed_from}: a seed pool lost on resume would go unnoticed")
   seeds = json.loads(extra_a["selfplay"]["seeds"])["seeds"]
   assert seeds, "no target was ever proved: the seed pool would be trivially equal"
   assert extra_a["selfplay"] == extra_b["selfplay"]  # seed pool, coverage (first-solved, curve), generations
   assert json.loads(extra_b["selfplay"]["coverage"])["first_solved"]
   lines = [[json.loads(l) for l in (d / "metrics.jsonl").read_text().splitlines()] for d in (straight, interrupted)]
-  assert [l["step"] for l in lines[1]] == [1, 2, 3]  # no lost or repeated iteration in the metrics
+  assert [l["step"] for l in lines[1]] == list(range(1, LEAN_STEPS + 1))  # no lost or repeated iteration
   same = [{k: v for k, v in l[-1].items() if not k.startswith(_MACHINE_METRICS)} for l in lines]
   assert "train/loss" in same[0] and "coverage" in same[0]
   assert same[0] == same[1]

@@ -1,13 +1,9 @@
 """The sweep command: grid, checks of its input, printed commands, and a real tiny sweep that is
 killed, resumed without repeating a step, and reported on (numbers checked by hand from metrics.jsonl)."""
 import json
-import os
 import pathlib
-import signal
 import statistics
-import subprocess
 import sys
-import time
 
 import pytest
 
@@ -72,34 +68,22 @@ def test_print_commands_lists_unfinished_cells_and_writes_sweep_file(tmp_path, c
       ("compassplay_cos", 0, "compassplay_cos/seed_0"), ("compassplay_cos", 1, "compassplay_cos/seed_1")]
 
 
-def _sweep_cmd(root):
-  return [sys.executable, "-m", "compassplay_jax.sweep", f"--config={TINY}", "--rewards=compassplay_cos,difficulty",
-          "--seeds=0,1", f"--root={root}"]
-
-
 def _lines(workdir):
   return [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.mark.slow
-def test_tiny_sweep_killed_resumes_without_repeating_a_step_and_reports(tmp_path):
-  root = tmp_path / "sweep"
+def test_tiny_sweep_killed_resumes_without_repeating_a_step_and_reports(coding_tiny_runs):
+  """The shared sweep (tests/shared_runs.py: compassplay_cos,difficulty x seeds 0,1 of coding:tiny, killed
+  -9 with its running cell once the first cell committed step 1, run again, and once more)."""
+  root, record = coding_tiny_runs.sweep, coding_tiny_runs.sweep_record
   first = root / "compassplay_cos" / "seed_0"
-  proc = subprocess.Popen(_sweep_cmd(root), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                          start_new_session=True)
-  deadline = time.time() + 900
-  while sweep.last_checkpoint(first) is None and time.time() < deadline and proc.poll() is None:
-    time.sleep(0.2)
-  assert proc.poll() is None, "the sweep ended before it could be killed"
-  os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its running cell, mid-run
-  proc.wait()
-  killed_at = sweep.last_checkpoint(first)
+  killed_at = record["killed_at"]
   assert killed_at in (1, 2)
 
-  result = subprocess.run(_sweep_cmd(root), cwd=REPO, capture_output=True, text=True, timeout=1800)
-  assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+  assert record["resumed_returncode"] == 0, record["resumed_stdout"][-3000:] + record["resumed_stderr"]
   if killed_at == 1:
-    assert "compassplay_cos/seed_0: resuming from step 1" in result.stdout
+    assert "compassplay_cos/seed_0: resuming from step 1" in record["resumed_stdout"]
     assert "resumed from step 1" in (first / "sweep.log").read_text()
   cells = [root / arm / f"seed_{s}" for arm in ("compassplay_cos", "difficulty") for s in (0, 1)]
   for cell in cells:
@@ -108,8 +92,8 @@ def test_tiny_sweep_killed_resumes_without_repeating_a_step_and_reports(tmp_path
     config = json.loads((cell / "config.json").read_text())
     assert (config["reward"]["name"], config["seed"]) == (cell.parent.name, int(cell.name[-1]))
 
-  again = subprocess.run(_sweep_cmd(root), cwd=REPO, capture_output=True, text=True, timeout=300)
-  assert again.returncode == 0 and again.stdout.count("skipped") == 4  # complete cells are not rerun
+  # complete cells are not rerun
+  assert record["again_returncode"] == 0 and record["again_stdout"].count("skipped") == 4
 
   assert report.main([str(root), "--baseline=difficulty"]) == 0  # the report command, default output folder
   out = root / "report"

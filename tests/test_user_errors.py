@@ -35,10 +35,14 @@ def test_other_exceptions_keep_their_traceback(exc):
 
 
 def test_bad_config_value_is_one_line_before_any_model_loads(tmp_path):
+  """The real command line, in a subprocess (the other bad-input cases run main in-process:
+  tests/main_in_process.py): exit status 2, one `error:` line, no traceback."""
   result = subprocess.run([sys.executable, "-m", "compassplay_jax.main", "--config=configs/coding.py:tiny",
                            "--config.train.kl_coef=-0.1", f"--workdir={tmp_path}"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
   assert result.returncode == 2, result.stderr[-2000:]
   assert result.stderr.strip().splitlines()[-1] == "error: config.train.kl_coef=-0.1 is negative"
   assert "Traceback" not in result.stderr
+  errors_printed = [l for l in result.stderr.splitlines() if l.startswith("error:")]
+  assert errors_printed == ["error: config.train.kl_coef=-0.1 is negative"]
   assert not (tmp_path / "checkpoints").exists()

@@ -1,0 +1,123 @@
+"""Runs that several tests assert on, made once per test session (also across pytest-xdist workers).
+
+`coding_tiny_runs` (the conftest fixture of the same name) makes, in one directory:
+  straight/  coding:tiny (compassplay_cos, seed 0, 2 steps) stepped one at a time through a Session,
+             with its reference loss before and after; then a new Session resumes it for a third step.
+  sweep/     `python -m compassplay_jax.sweep` over compassplay_cos,difficulty x seeds 0,1 of the same
+             config, killed (-9, the sweep and its running cell) once compassplay_cos/seed_0 has
+             committed step 1, run again to the end, and once more (everything skipped). That cell had
+             a killed run's stale metrics lines and no checkpoint before the sweep started.
+So compassplay_cos/seed_0 is the straight run's config, killed and resumed by the real command line:
+test_selfplay.py compares the two bit for bit; test_sweep.py, test_session.py and
+test_run_restart_metrics.py assert on the rest.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+
+import filelock
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+TINY = f"{REPO}/configs/coding.py:tiny"
+SWEEP_REWARDS, SWEEP_SEEDS = ("compassplay_cos", "difficulty"), (0, 1)
+# What a run killed during step 2, before any checkpoint was written, leaves behind.
+STALE_LINES = [{"step": 1, "stale": True}, {"step": 2, "stale": True}]
+
+
+def once(tmp_path_factory, name: str, make) -> tuple[pathlib.Path, dict]:
+  """(directory, result) of make(directory), called once per test session. Under xdist the workers
+  share the session's base directory: the first to ask makes it under a file lock, the others wait
+  and read the result (JSON) back; a failure is recorded and fails every test that asks."""
+  base = tmp_path_factory.getbasetemp()
+  if os.environ.get("PYTEST_XDIST_WORKER"):
+    base = base.parent  # pytest-<n>/: shared by this session's workers only
+  directory, done, failed = base / name, base / f"{name}.json", base / f"{name}.failed"
+  with filelock.FileLock(str(base / f"{name}.lock")):
+    if failed.exists():
+      pytest.fail(f"{name}: making it failed in an earlier test:\n{failed.read_text()[-3000:]}")
+    if not done.exists():
+      shutil.rmtree(directory, ignore_errors=True)
+      directory.mkdir()
+      try:
+        result = make(directory)
+      except BaseException:
+        failed.write_text(traceback.format_exc())
+        raise
+      done.write_text(json.dumps(result))
+  return directory, json.loads(done.read_text())
+
+
+def tiny_config(reward: str = "compassplay_cos", steps: int = 2):
+  from compassplay_jax.sweep import load_config
+  config = load_config(TINY)
+  config.reward.name = reward
+  config.steps = steps
+  return config
+
+
+def step_then_resume(reward: str, workdir: pathlib.Path, steps: int = 2) -> dict:
+  """coding:tiny stepped `steps` times through a Session (one straight run), then a new Session on the
+  same workdir resumes it for one more step. Returns what test_session.py asserts on."""
+  from compassplay_jax.selfplay.session import Session
+  with Session.create(tiny_config(reward, steps), workdir) as session:
+    record = {"reference_on_setting": session.setting.reference is not None,
+              "loss_before": session.reference_loss(), "start": session.start}
+    record["metrics_keys"] = [sorted(session.step()) for _ in range(steps)]
+    record["step_count"] = session.step_count
+    record["loss_after"] = session.reference_loss()
+  record["logged_steps"] = _logged_steps(workdir)
+  with Session.create(tiny_config(reward, steps + 1), workdir) as session:
+    record["resumed"] = (session.start, session.step_count)
+    record["resumed_time_step"] = session.step()["time/step"]
+    record["resumed_step_count"] = session.step_count
+  record["logged_steps_after_resume"] = _logged_steps(workdir)
+  return record
+
+
+def _logged_steps(workdir: pathlib.Path) -> list[int]:
+  return [json.loads(l)["step"] for l in (workdir / "metrics.jsonl").read_text().splitlines()]
+
+
+def sweep_command(root: pathlib.Path) -> list[str]:
+  return [sys.executable, "-m", "compassplay_jax.sweep", f"--config={TINY}",
+          f"--rewards={','.join(SWEEP_REWARDS)}", f"--seeds={','.join(map(str, SWEEP_SEEDS))}", f"--root={root}"]
+
+
+def killed_and_resumed_sweep(root: pathlib.Path) -> dict:
+  """The sweep killed while its first cell runs step 2, then run again twice (see the module doc)."""
+  from compassplay_jax import sweep
+  first = root / SWEEP_REWARDS[0] / f"seed_{SWEEP_SEEDS[0]}"
+  first.mkdir(parents=True)
+  (first / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in STALE_LINES))
+  proc = subprocess.Popen(sweep_command(root), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          start_new_session=True)
+  deadline = time.time() + 900
+  while sweep.last_checkpoint(first) is None and time.time() < deadline and proc.poll() is None:
+    time.sleep(0.2)
+  assert proc.poll() is None, "the sweep ended before it could be killed"
+  os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its running cell, mid-run
+  proc.wait()
+  record = {"killed_at": sweep.last_checkpoint(first)}
+  resumed = subprocess.run(sweep_command(root), cwd=REPO, capture_output=True, text=True, timeout=1800)
+  record.update(resumed_returncode=resumed.returncode, resumed_stdout=resumed.stdout,
+                resumed_stderr=resumed.stderr[-3000:])
+  again = subprocess.run(sweep_command(root), cwd=REPO, capture_output=True, text=True, timeout=300)
+  record.update(again_returncode=again.returncode, again_stdout=again.stdout)
+  return record
+
+
+def coding_tiny_runs(tmp_path_factory):
+  """(directory, {"session": step_then_resume's record, "sweep": killed_and_resumed_sweep's})."""
+  def make(directory):
+    return {"session": step_then_resume("compassplay_cos", directory / "straight"),
+            "sweep": killed_and_resumed_sweep(directory / "sweep")}
+  return once(tmp_path_factory, "coding_tiny_runs", make)

@@ -1,7 +1,7 @@
 """One full coding step of the tiny config through the engine: 8 devices == 1 device.
 
-Run by tests/test_selfplay_mesh.py in a subprocess with 8 simulated CPU devices (the device count is
-fixed before jax is imported). For meshes (8,1,1), (1,8,1), (2,2,2), (1,2,4), one step (propose ->
+Run by tests/test_eight_devices.py in its 8-device subprocess with the other 8-device cases (the device
+count is fixed before jax is imported). For meshes (8,1,1), (1,8,1), (2,2,2), (1,2,4), one step (propose ->
 verify -> reward -> advantages -> update, selfplay/step.py) gives the same cosines, rewards and
 updated params as the same step on one device, and g_ref, the params after the update and the
 sampler's KV cache carry the shardings the rules name.
@@ -10,7 +10,11 @@ The proposer and solver texts are scripted (a random tiny model writes no valid 
 sampler still runs the real engine sampler on every request, then answers with valid one-line
 programs and solver answers that are right for even samples only, so every proposal is valid and in
 band (solve rate 1/2) and its cosine pays it.
+
+The last case runs the main command's entry on (2, 2, 2) with the tiny model's own texts and compares
+its metrics with the same run on one device.
 """
+import json
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -116,3 +120,37 @@ def test_full_coding_step_matches_one_device(setup, shape):
 def _greedy():
   from compassplay_jax.sampling.config import SamplingConfig
   return SamplingConfig(temperature=0.0).sampler
+
+
+def test_main_on_a_2x2x2_mesh_matches_one_device(tmp_path, monkeypatch, capsys):
+  """The main command (compassplay_jax.main's entry, in this process) with --config.mesh.data=2
+  --config.mesh.fsdp=2 --config.mesh.tensor=2: the run loop on (2, 2, 2), the tiny model's own texts
+  through the sharded sampler, reward and train step, gives the metrics of the same run on one device.
+  (Was tests/test_selfplay.py::test_coding_tiny_on_a_2x2x2_mesh_matches_one_device, which ran the one-device
+  run in the main pytest process and the command in a subprocess of its own.)"""
+  import sys
+
+  from compassplay_jax import main as main_lib
+  from compassplay_jax.selfplay.run import run
+  # Both runs pad rows to one shape (packing by length is a single-device path; test_bucketed_update.py).
+  config = _config("coding:tiny", **{"steps": 1, "train.micro_batch_size": 4, "train.micro_batch_tokens": 0})
+  with monkeypatch.context() as patch:
+    # The one-device run: its mesh (config.mesh resolves to (1, 1, 1)) on this process's first device.
+    real_make_mesh = sh.make_mesh
+    patch.setattr(sh, "make_mesh", lambda mesh_config=None, devices=None: real_make_mesh(
+        mesh_config, jax.devices()[:1] if devices is None else devices))
+    run(config, tmp_path / "one")
+  assert "[compassplay] mesh" not in capsys.readouterr().out  # the run above was on one device
+  monkeypatch.setattr(sys, "argv", [
+      "compassplay_jax.main", "--config=configs/coding.py:tiny", "--config.steps=1",
+      "--config.train.micro_batch_size=4", "--config.mesh.data=2", "--config.mesh.fsdp=2",
+      "--config.mesh.tensor=2", f"--workdir={tmp_path / 'mesh'}"])
+  with pytest.raises(SystemExit) as exit_info:  # absl's app.run ends with sys.exit(main's result)
+    main_lib.entry()
+  out, err = capsys.readouterr()
+  assert exit_info.value.code in (None, 0), err[-3000:]
+  assert "[compassplay] mesh data=2, fsdp=2, tensor=2" in out, out[-2000:]
+  one = json.loads((tmp_path / "one" / "metrics.jsonl").read_text().splitlines()[0])
+  mesh = json.loads((tmp_path / "mesh" / "metrics.jsonl").read_text().splitlines()[0])
+  for key in ("train/loss", "train/grad_norm", "train/entropy", "tokens/generated", "reward/proposer"):
+    assert mesh[key] == pytest.approx(one[key], rel=1e-5, abs=1e-6), key

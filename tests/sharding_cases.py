@@ -1,13 +1,15 @@
-"""Sharded == single-device, on 8 simulated CPU devices. Run by tests/test_sharding.py in a subprocess.
+"""Sharded == single-device, on 8 simulated CPU devices. Run by tests/test_eight_devices.py in a subprocess.
 
 Not collected by the main pytest run (the name has no test_ prefix): the device count must be set
-before jax is imported, so this module is its own pytest process:
+before jax is imported, so this module runs in tests/test_eight_devices.py's 8-device pytest process
+(with the other *_cases.py modules), or by hand:
   XLA_FLAGS=--xla_force_host_platform_device_count=8 python3 -m pytest tests/sharding_cases.py
 Tiny models: hidden 64, 8 heads of 8, 2 layers, vocab 96; the Qwen2 one has 2 kv heads (sharded over
 tensor=2, replicated over tensor=4), the Llama one is tied with 8 kv heads (always sharded).
 """
 import math
 import os
+import pathlib
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -27,6 +29,7 @@ if jax.device_count() != 8:
   pytest.skip(f"needs 8 devices, have {jax.device_count()} (set XLA_FLAGS before jax is imported)",
               allow_module_level=True)
 
+REPO = pathlib.Path(__file__).resolve().parents[1]
 MESHES = [(8, 1, 1), (1, 8, 1), (2, 2, 2), (1, 2, 4)]
 MESH_IDS = ["dp8", "fsdp8", "dp2fsdp2tp2", "fsdp2tp4"]
 TOL = dict(rtol=1e-5, atol=1e-5)
@@ -38,6 +41,17 @@ CONFIGS = {
                               tie_word_embeddings=True),
 }
 N, T = 8, 16
+
+
+_ONE_DEVICE = {}
+
+
+def one_device(key, compute):
+  """compute()'s result, computed once per key: the one-device references do not depend on the mesh,
+  so each is compiled and run once, not once per mesh."""
+  if key not in _ONE_DEVICE:
+    _ONE_DEVICE[key] = compute()
+  return _ONE_DEVICE[key]
 
 
 def close(a, b):
@@ -135,8 +149,8 @@ def test_forward_and_gradients_match_single_device(family, mesh):
   b = batch(cfg.vocab_size)
   fn = lambda p, b: jax.value_and_grad(lambda p: mean_loss(graphdef, p, b))(p)
   logits_fn = lambda p, b: nnx.merge(graphdef, p)(b["tokens"], attention_mask=b["attention_mask"])
-  want_loss, want_grads = jax.jit(fn)(params, b)
-  want_logits = jax.jit(logits_fn)(params, b)
+  want_loss, want_grads, want_logits = one_device(
+      ("forward", cfg), lambda: (*jax.jit(fn)(params, b), jax.jit(logits_fn)(params, b)))
 
   sparams = sh.shard_params(params, mesh, cfg.head_dim)
   assert_rule_shardings(sparams, mesh, cfg)
@@ -214,9 +228,9 @@ def test_train_step_matches_single_device(mesh):
   tcfg = train_lib.TrainConfig(learning_rate=1e-3, micro_batch_size=N // 2 if mesh.shape["data"] < 8 else N)
   optimizer = train_lib.make_optimizer(tcfg)
 
-  p0, o0 = train_lib.init_train_state(params, tcfg, optimizer)
-  want_p, want_o, want_m = train_lib.make_train_step(graphdef, tcfg, optimizer=optimizer, donate=False)(
-      p0, o0, b, jax.random.key(0))
+  want_p, want_o, want_m = one_device(("train_step", tcfg), lambda: train_lib.make_train_step(
+      graphdef, tcfg, optimizer=optimizer, donate=False)(*train_lib.init_train_state(params, tcfg, optimizer), b,
+                                                         jax.random.key(0)))
 
   sp = sh.shard_params(params, mesh, cfg.head_dim)
   sp, so = train_lib.init_train_state(sp, tcfg, optimizer)
@@ -245,8 +259,8 @@ def test_engine_train_state_and_bucketed_step_match_single_device(mesh):
   micro = [{k: v[:3] for k, v in b.items()}, {k: v[3:, 6:] if v.ndim == 2 else v[3:] for k, v in b.items()}]
   tcfg = train_lib.TrainConfig(learning_rate=1e-3)
   fresh = lambda: jax.tree.map(jnp.copy, params)
-  want_p, want_o, want_m = train_lib.make_bucketed_train_step(graphdef, tcfg)(
-      *train_lib.init_train_state(fresh(), tcfg), micro, jax.random.key(0))
+  want_p, want_o, want_m = one_device("bucketed_train_step", lambda: train_lib.make_bucketed_train_step(
+      graphdef, tcfg)(*train_lib.init_train_state(fresh(), tcfg), micro, jax.random.key(0)))
 
   engine = Engine.build(graphdef, params, mesh, EngineSettings(train=tcfg))
   sp, so = engine.init_train_state(fresh())
@@ -271,7 +285,7 @@ def test_greedy_sampler_matches_single_device(mesh):
   rng = np.random.default_rng(5)
   prompts = [rng.integers(1, cfg.vocab_size, n).tolist() for n in (5, 9, 3, 12, 7, 4, 10, 6)]
   config = SamplingConfig(temperature=0.0, max_new_tokens=8, eos_ids=(0,), bucket_lengths=(16,), micro_batch_size=8)
-  want = gen_lib.generate(graphdef, params, None, prompts, config, key=0)
+  want = one_device("greedy", lambda: gen_lib.generate(graphdef, params, None, prompts, config, key=0))
 
   sampler = ShardedSampler(mesh, cfg.head_dim)
   got = gen_lib.generate(graphdef, sh.shard_params(params, mesh, cfg.head_dim), None, prompts, config, key=0,
@@ -359,3 +373,48 @@ def test_memory_report_on_tiny_config():
     assert row[step]["temp"] > 0 and row[step]["peak"] >= row[step]["argument"]
   table = memory_report.format_table([row])
   assert "| tiny | data=2, fsdp=2, tensor=2 |" in table
+
+
+def test_per_function_report_script_on_8_devices(tmp_path, monkeypatch, capsys):
+  """experiments/memory_report.py --functions (the per-function AOT report, memory_report.report_functions)
+  on the tiny config at (2, 2, 2), through the script's main, and its --table rebuild of the rows.
+  (Was tests/test_memory_report_functions.py's 8-device subprocess; here it shares this process.)"""
+  import importlib.util
+  import json
+
+  from compassplay_jax import memory_report as mr
+  spec = importlib.util.spec_from_file_location("memory_report_script", REPO / "experiments" / "memory_report.py")
+  script = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(script)
+  out = tmp_path / "rows.json"
+  monkeypatch.delenv("XLA_FLAGS", raising=False)  # the script sets the device count itself
+  script.main(["--tiny", "--devices", "8", "--mesh", "2,2,2", "--functions", "sampler,g_ref,cos16,train",
+               "--attention-chunk", "8", "--remat", "--scan-layers", "--compute-dtype", "float32",
+               "--param-dtype", "float32", "--device-memory-gib", "0.0005", "--json", str(out)])
+  # What a fresh `python experiments/memory_report.py` process hands jax before importing it.
+  assert os.environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=8"
+  stdout = capsys.readouterr().out
+  rows = json.loads(out.read_text())
+  assert [r["function"] for r in rows] == ["prefill", "decode", "g_ref", "cos16", "train"]
+  for r in rows:
+    assert r["mesh"] == "data=2, fsdp=2, tensor=2" and r["attention_query_chunk"] == 8 and r["remat"]
+    # Scanned blocks compile under a sharded mesh: g_ref and train take that path (plain ops, no cache).
+    assert r["scan_layers"] == (r["function"] in ("g_ref", "train"))
+    assert r["peak"] >= r["argument"] > 0 and r["temp"] >= 0
+    assert r["fits"] == ("yes" if r["peak"] <= 0.0005 * mr.GIB else "no: " + r["fits"][4:])
+  assert any(r["fits"] == "yes" for r in rows) and any(r["fits"].startswith("no: ") for r in rows)
+  # The sampler's decode at the full cache holds the (rows x slots) KV cache among its arguments.
+  assert "| tiny | data=2, fsdp=2, tensor=2 | decode | 8 rows, cache 16+16 |" in stdout
+  assert "| function | shapes | argument | output | temp | peak | fits | compile s |" in stdout
+  assert "| train (scan) | 16 x 32, mb 8 |" in stdout
+  # --table rebuilds the same table from the JSON rows alone (how docs/sharding.md's tables are made).
+  script.main(["--table", str(out)])
+  table = capsys.readouterr().out
+  assert table.strip() == "\n".join(stdout.strip().splitlines()[-len(rows) - 2:])
+  assert "| cpu x8 | tiny | data=2, fsdp=2, tensor=2 | decode |" in table
+  # An unreadable file: sys.exit(message), i.e. exit status 1 and that one line on stderr.
+  missing = tmp_path / "none.json"
+  with pytest.raises(SystemExit) as exit_info:
+    script.main(["--table", str(missing)])
+  assert exit_info.value.code == (f"memory_report: cannot read rows from {missing}: "
+                                  f"[Errno 2] No such file or directory: '{missing}'")

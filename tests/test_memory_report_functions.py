@@ -1,13 +1,10 @@
 """The per-function AOT memory report (memory_report.report_functions, experiments/memory_report.py --functions).
 
-The compile runs in a subprocess with 8 simulated CPU devices (the main pytest process's jax has one),
-on the tiny config, as tests/test_sharding.py runs tests/sharding_cases.py.
+The script's report on 8 simulated devices is a case in tests/sharding_cases.py
+(test_per_function_report_script_on_8_devices), run by tests/test_eight_devices.py with the other
+8-device cases (the main pytest process's jax has one device).
 """
-import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -111,42 +108,6 @@ def test_report_lowers_the_programs_the_engine_runs():
     want = jitted.lower(*specs).as_text()
     got = mr.lower_function(name, cfg, mesh, work, train_cfg)[0].as_text()
     assert got == want, name
-
-
-def test_per_function_report_on_8_devices(tmp_path):
-  out = tmp_path / "rows.json"
-  env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_DISABLE_MOST_OPTIMIZATIONS="1", PYTHONPATH=str(REPO))
-  env.pop("XLA_FLAGS", None)
-  cmd = [sys.executable, "experiments/memory_report.py", "--tiny", "--devices", "8", "--mesh", "2,2,2",
-         "--functions", "sampler,g_ref,cos16,train", "--attention-chunk", "8", "--remat", "--scan-layers",
-         "--compute-dtype", "float32", "--param-dtype", "float32", "--device-memory-gib", "0.0005",
-         "--json", str(out)]
-  proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  rows = json.loads(out.read_text())
-  assert [r["function"] for r in rows] == ["prefill", "decode", "g_ref", "cos16", "train"]
-  for r in rows:
-    assert r["mesh"] == "data=2, fsdp=2, tensor=2" and r["attention_query_chunk"] == 8 and r["remat"]
-    # Scanned blocks compile under a sharded mesh: g_ref and train take that path (plain ops, no cache).
-    assert r["scan_layers"] == (r["function"] in ("g_ref", "train"))
-    assert r["peak"] >= r["argument"] > 0 and r["temp"] >= 0
-    assert r["fits"] == ("yes" if r["peak"] <= 0.0005 * mr.GIB else "no: " + r["fits"][4:])
-  assert any(r["fits"] == "yes" for r in rows) and any(r["fits"].startswith("no: ") for r in rows)
-  # The sampler's decode at the full cache holds the (rows x slots) KV cache among its arguments.
-  assert "| tiny | data=2, fsdp=2, tensor=2 | decode | 8 rows, cache 16+16 |" in proc.stdout
-  assert "| function | shapes | argument | output | temp | peak | fits | compile s |" in proc.stdout
-  assert "| train (scan) | 16 x 32, mb 8 |" in proc.stdout
-  # --table rebuilds the same table from the JSON rows alone (how docs/sharding.md's tables are made).
-  table = subprocess.run([sys.executable, "experiments/memory_report.py", "--table", str(out)], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=120)
-  assert table.returncode == 0, table.stderr[-2000:]
-  assert table.stdout.strip() == "\n".join(proc.stdout.strip().splitlines()[-len(rows) - 2:])
-  assert "| cpu x8 | tiny | data=2, fsdp=2, tensor=2 | decode |" in table.stdout
-  bad = subprocess.run([sys.executable, "experiments/memory_report.py", "--table", str(tmp_path / "none.json")],
-                       cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-  assert bad.returncode == 1 and bad.stderr.strip().splitlines() == [
-      f"memory_report: cannot read rows from {tmp_path / 'none.json'}: "
-      f"[Errno 2] No such file or directory: '{tmp_path / 'none.json'}'"]
 
 
 def load_config(config_file: str, variant: str):

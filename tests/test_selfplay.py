@@ -244,26 +244,8 @@ def test_lean_kill_and_resume_keeps_seed_pool_and_coverage(lean_tiny_runs):
   assert same[0] == same[1]
 
 
-@pytest.mark.slow
-def test_coding_tiny_on_a_2x2x2_mesh_matches_one_device(tmp_path):
-  """The run loop on 8 simulated devices (data, fsdp, tensor) = (2, 2, 2): sharded sampler and train
-  step give the metrics of the single-device run."""
-  import os
-  # Both runs pad rows to one shape (packing by length is a single-device path; test_bucketed_update.py).
-  overrides = {"steps": 1, "train.micro_batch_size": 4, "train.micro_batch_tokens": 0}
-  config = _config("coding:tiny", **overrides)
-  run(config, tmp_path / "one")
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
-  result = subprocess.run([sys.executable, "-m", "compassplay_jax.main", "--config=configs/coding.py:tiny",
-                           "--config.steps=1", "--config.train.micro_batch_size=4", "--config.mesh.data=2",
-                           "--config.mesh.fsdp=2", "--config.mesh.tensor=2", f"--workdir={tmp_path / 'mesh'}"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-  assert result.returncode == 0, result.stderr[-3000:]
-  assert "mesh" in result.stdout
-  one = json.loads((tmp_path / "one" / "metrics.jsonl").read_text().splitlines()[0])
-  mesh = json.loads((tmp_path / "mesh" / "metrics.jsonl").read_text().splitlines()[0])
-  for key in ("train/loss", "train/grad_norm", "train/entropy", "tokens/generated", "reward/proposer"):
-    assert mesh[key] == pytest.approx(one[key], rel=1e-5, abs=1e-6), key
+# The main command on a (2, 2, 2) mesh of 8 simulated devices against the one-device run:
+# tests/selfplay_mesh_cases.py::test_main_on_a_2x2x2_mesh_matches_one_device (run by tests/test_eight_devices.py).
 
 
 @pytest.mark.parametrize("arg", ["coding", "coding:demo", "coding:tiny", "lean", "lean:demo", "lean:tiny"])

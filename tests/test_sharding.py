@@ -1,13 +1,9 @@
 """Sharding: rules and mesh arithmetic here (1 device); the 8-device equality cases in a subprocess.
 
 The main pytest process has already imported jax with one CPU device, so tests/sharding_cases.py
-runs as its own pytest process with XLA_FLAGS=--xla_force_host_platform_device_count=8.
+runs in tests/test_eight_devices.py's pytest process with XLA_FLAGS=--xla_force_host_platform_device_count=8
+(with the other 8-device cases).
 """
-import os
-import pathlib
-import subprocess
-import sys
-
 import jax
 import pytest
 from jax.sharding import AbstractMesh
@@ -16,8 +12,6 @@ from jax.sharding import PartitionSpec as P
 from compassplay_jax import sharding as sh
 from compassplay_jax.memory_report import PAPER_MODELS
 from compassplay_jax.models import hf_io
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def abstract_mesh(shape):
@@ -91,13 +85,3 @@ def test_logical_activation_rules():
   with pytest.raises(sh.ShardingError, match="unknown logical axis 'time'"):
     sh.logical_spec("batch", "time")
 
-
-def test_sharded_cases_on_8_simulated_devices():
-  """Mesh (8,1,1), (1,8,1), (2,2,2), (1,2,4): everything equals the single-device result."""
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8",
-             # The SPMD partitioner still runs; this only skips the slow LLVM optimisation passes.
-             JAX_DISABLE_MOST_OPTIMIZATIONS="1", PYTHONPATH=str(REPO))
-  cmd = [sys.executable, "-m", "pytest", "tests/sharding_cases.py", "-q", "-x", "-p", "no:cacheprovider"]
-  proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
-  assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-  assert " passed" in proc.stdout and "skipped" not in proc.stdout.splitlines()[-1], proc.stdout[-2000:]

@@ -51,15 +51,37 @@ def smollm2():
 
 @pytest.fixture(scope="session")
 def smollm2_torch():
-  """transformers' own load of the same GGUF file (needs torch and accelerate: test-only)."""
+  """transformers' own load of the same GGUF file: the oracle for our GGUF reader (~20 s: needs torch and
+  accelerate, test-only). Tests that need transformers' computation on our weights use smollm2_torch_copy."""
   torch = pytest.importorskip("torch")
   transformers = pytest.importorskip("transformers")
   from compassplay_jax.models.gguf_io import embedded_gguf_path
   path = embedded_gguf_path()
-  model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                                            dtype=torch.float32).eval()
-  tokenizer = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-  return model, tokenizer
+  return transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                           dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="session")
+def smollm2_torch_tokenizer():
+  """transformers' own tokenizer from the same GGUF file."""
+  transformers = pytest.importorskip("transformers")
+  from compassplay_jax.models.gguf_io import embedded_gguf_path
+  path = embedded_gguf_path()
+  return transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+
+
+@pytest.fixture(scope="session")
+def smollm2_torch_copy(smollm2, tmp_path_factory):
+  """transformers' model class holding our loaded SmolLM2 weights (written by hf_io.save_hf, read back by
+  from_pretrained: seconds): the oracle for what is computed from given weights (generation). That these
+  weights are transformers' own GGUF reading is tests/test_gguf.py's check, against smollm2_torch."""
+  torch = pytest.importorskip("torch")
+  transformers = pytest.importorskip("transformers")
+  from compassplay_jax.models import hf_io
+  model, _ = smollm2
+  directory = tmp_path_factory.mktemp("smollm2_hf")
+  hf_io.save_hf(model, model.config, directory)
+  return transformers.AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32).eval()
 
 
 @pytest.fixture(scope="session")

@@ -31,9 +31,9 @@ def test_unpermute_inverts_llama_cpp_permute():
   np.testing.assert_array_equal(unpermute_llama_rows(llama_cpp_permute(w, 3), 3), w)
 
 
-def test_tokenizer_matches_transformers_gguf_tokenizer(smollm2, smollm2_torch):
+def test_tokenizer_matches_transformers_gguf_tokenizer(smollm2, smollm2_torch_tokenizer):
   _, ours = smollm2
-  _, theirs = smollm2_torch
+  theirs = smollm2_torch_tokenizer
   for text in TEXT_SAMPLE:
     assert ours.encode(text) == theirs.encode(text), text
     assert ours.decode(ours.encode(text)) == theirs.decode(theirs.encode(text))
@@ -48,7 +48,7 @@ def test_tokenizer_matches_transformers_gguf_tokenizer(smollm2, smollm2_torch):
 def test_logits_match_transformers_gguf_load(smollm2, smollm2_torch):
   import torch
   model, tok = smollm2
-  torch_model, _ = smollm2_torch
+  torch_model = smollm2_torch
   prompt = tok.apply_chat_template([{"role": "user", "content": "What is 2 + 3? Answer briefly."}],
                                    tokenize=False, add_generation_prompt=True)
   ids = np.asarray([tok.encode(prompt)], np.int32)

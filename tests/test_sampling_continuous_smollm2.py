@@ -27,9 +27,9 @@ def _hf_greedy(hf_model, ids, budget, eos):
 
 
 @pytest.mark.slow
-def test_greedy_equals_transformers_with_budgets_eos_and_stop_strings(smollm2, smollm2_torch):
+def test_greedy_equals_transformers_with_budgets_eos_and_stop_strings(smollm2, smollm2_torch_copy):
   model, tok = smollm2
-  hf_model, _ = smollm2_torch
+  hf_model = smollm2_torch_copy
   graphdef, params = nnx.split(model)
   eos = eos_token_ids(tok)
   prompts = [build_prompt(tok, q) for q in QUESTIONS]

@@ -24,9 +24,9 @@ def greedy_run(smollm2):
 
 
 @pytest.mark.slow
-def test_greedy_matches_transformers_generate(greedy_run, smollm2_torch):
+def test_greedy_matches_transformers_generate(greedy_run, smollm2_torch_copy):
   _, _, tok, prompts, _, res = greedy_run
-  hf_model, _ = smollm2_torch
+  hf_model = smollm2_torch_copy
   hf_model.generation_config.eos_token_id = None
   for i, prompt in enumerate(prompts):
     ids = torch.tensor([encode_prompts(tok, [prompt])[0]])

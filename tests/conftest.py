@@ -49,11 +49,19 @@ def smollm2():
   return load_model("smollm2-135m")
 
 
+def _torch_one_thread():
+  """torch, on one intra-op thread: pytest -n 2 keeps both cores busy, and torch's two spinning threads
+  then made transformers' generate 4-6x slower (40 greedy tokens: 16 s vs 3 s at load ~11)."""
+  torch = pytest.importorskip("torch")
+  torch.set_num_threads(1)
+  return torch
+
+
 @pytest.fixture(scope="session")
 def smollm2_torch():
   """transformers' own load of the same GGUF file: the oracle for our GGUF reader (~20 s: needs torch and
   accelerate, test-only). Tests that need transformers' computation on our weights use smollm2_torch_copy."""
-  torch = pytest.importorskip("torch")
+  torch = _torch_one_thread()
   transformers = pytest.importorskip("transformers")
   from compassplay_jax.models.gguf_io import embedded_gguf_path
   path = embedded_gguf_path()
@@ -75,7 +83,7 @@ def smollm2_torch_copy(smollm2, tmp_path_factory):
   """transformers' model class holding our loaded SmolLM2 weights (written by hf_io.save_hf, read back by
   from_pretrained: seconds): the oracle for what is computed from given weights (generation). That these
   weights are transformers' own GGUF reading is tests/test_gguf.py's check, against smollm2_torch."""
-  torch = pytest.importorskip("torch")
+  torch = _torch_one_thread()
   transformers = pytest.importorskip("transformers")
   from compassplay_jax.models import hf_io
   model, _ = smollm2

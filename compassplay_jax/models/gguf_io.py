@@ -8,6 +8,7 @@ own GGUF path imports torch, which is not a run-time dependency).
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import pathlib
 import re
@@ -155,11 +156,28 @@ _SPLIT_DIGITS = {"smollm": True, "gpt2": False, "default": False}
 
 
 def load_gguf_tokenizer(path: str | pathlib.Path):
-  """A transformers fast tokenizer rebuilt from the GGUF's own tokenizer metadata (byte-level BPE)."""
-  from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+  """A transformers fast tokenizer rebuilt from the GGUF's own tokenizer metadata (byte-level BPE).
+  Reading the metadata costs seconds, so it is done once per file version; each call gets its own
+  tokenizer object."""
+  from tokenizers import Tokenizer
   from transformers import PreTrainedTokenizerFast
   from compassplay_jax.models.tokenizer import ensure_pad_token
   path = pathlib.Path(path)
+  if not path.is_file():
+    raise InputNotFound(f"{path}: no such GGUF file")
+  stat = path.stat()
+  backend_json, specials = _gguf_tokenizer_spec(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+  tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(backend_json), **dict(specials),
+                                clean_up_tokenization_spaces=False)
+  return ensure_pad_token(tok)
+
+
+@functools.lru_cache(maxsize=4)
+def _gguf_tokenizer_spec(resolved: str, mtime_ns: int, size: int) -> tuple[str, tuple]:
+  """(the tokenizers backend as JSON, the special tokens and chat template) of one GGUF file version."""
+  del mtime_ns, size  # part of the cache key only
+  from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+  path = pathlib.Path(resolved)
   reader = _reader(path)
   kind = _field(reader, "tokenizer.ggml.model", path)
   if kind != "gpt2":
@@ -187,11 +205,7 @@ def load_gguf_tokenizer(path: str | pathlib.Path):
     index = _field(reader, f"tokenizer.ggml.{key}", path, default=-1)
     return tokens[int(index)] if index != -1 else None
 
-  tok = PreTrainedTokenizerFast(
-      tokenizer_object=backend,
-      bos_token=special("bos_token_id"), eos_token=special("eos_token_id"),
-      unk_token=special("unknown_token_id"), pad_token=special("padding_token_id"),
-      chat_template=_field(reader, "tokenizer.chat_template", path, default="") or None,
-      clean_up_tokenization_spaces=False,
-  )
-  return ensure_pad_token(tok)
+  specials = (("bos_token", special("bos_token_id")), ("eos_token", special("eos_token_id")),
+              ("unk_token", special("unknown_token_id")), ("pad_token", special("padding_token_id")),
+              ("chat_template", _field(reader, "tokenizer.chat_template", path, default="") or None))
+  return backend.to_str(), specials

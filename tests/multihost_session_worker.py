@@ -4,10 +4,12 @@ the scripted coder (tests/scripted_coder.py), so cosines, rewards and updates ru
   python tests/multihost_session_worker.py WORKDIR STEPS [--corrupt]
 
 The environment carries COMPASSPLAY_* (distributed.from_env) and the simulated device count. Runs
-Session.step until STEPS (resuming from WORKDIR's checkpoint), then writes process_<i>.json: the
-sandbox jobs and sampled requests this process ran (its share). --corrupt: on process 1, one
-candidate's solve rate is moved by one sample after verification (as if one sandbox verdict differed
-there), so the processes disagree. Bad input and disagreement end with one line, as main does.
+Session.step until STEPS (resuming from WORKDIR's checkpoint); after every step that completes it
+writes process_<i>.json: the sandbox jobs and sampled requests this process ran so far in this launch
+(its share). --corrupt: in the last step (STEPS) only, on process 1, one candidate's solve rate is
+moved by one sample after verification (as if one sandbox verdict differed there), so the processes
+disagree there; the steps before it run clean (the test resumes step 2 and stops at a corrupted step 3
+in one launch). Bad input and disagreement end with one line, as main does.
 """
 import json
 import os
@@ -57,6 +59,8 @@ def main():
 
     def flipped_verify(*args, **kwargs):
       verified = verify(*args, **kwargs)
+      if session.step_count < steps:  # only the last step is corrupted
+        return verified
       i = next(i for i, c in enumerate(verified.candidates) if c.valid)
       c = verified.candidates[i]
       verified.candidates[i] = dataclasses.replace(c, solve_rate=c.solve_rate + 1 / config.coding.solve_samples)
@@ -65,12 +69,12 @@ def main():
   try:
     while session.step_count < steps:
       session.step()
+      (workdir / f"process_{jax.process_index()}.json").write_text(json.dumps(counts))
   except distributed.DistributedError as e:  # as main: one line, exit 2 (jax's exit barrier syncs hosts)
     print(user_error_line(e), file=sys.stderr, flush=True)
     session.close()
     sys.exit(2)
   session.close()
-  (workdir / f"process_{jax.process_index()}.json").write_text(json.dumps(counts))
 
 
 if __name__ == "__main__":

@@ -53,32 +53,35 @@ def _records(workdir):
   return [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
 
 
-def _params(workdir, step):
+def _params(*checkpoints):
+  """The saved params of each (workdir, step), restored into one abstract tree (the model is built once)."""
   from compassplay_jax.model_setup import build_model, restore_params
   from tests.test_selfplay import _config
   model, _ = build_model(_config("coding:tiny"))
-  return restore_params(pathlib.Path(workdir) / "checkpoints", step, nnx.split(model)[1])
+  target = nnx.split(model)[1]
+  return [restore_params(pathlib.Path(workdir) / "checkpoints", step, target) for workdir, step in checkpoints]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   multi, single = tmp_path_factory.mktemp("multi"), tmp_path_factory.mktemp("single")
-  # One compilation cache for the runs: the resumed and the corrupted runs load the first one's programs.
-  os.environ["COMPASSPLAY_TEST_COMPILE_CACHE"] = str(tmp_path_factory.mktemp("xla"))
   outs = _two_processes(multi, 1)
   assert "mesh data=1, fsdp=8, tensor=1" in outs[0]
   first = [json.loads((multi / f"process_{i}.json").read_text()) for i in range(2)]
-  outs = _two_processes(multi, 2)  # resumes from step 1's checkpoint
-  assert all("resumed from step 1" in out for out in outs)
+  # One launch resumes from step 1's checkpoint, runs step 2 clean (process_<i>.json is written after
+  # it), then step 3 with one verdict flipped on process 1 (--corrupt arms the last step only): both
+  # processes stop there. One launch fewer than a separate corrupted run (issue 24 item 6).
+  errs = _two_processes(multi, 3, "--corrupt", expect_rc=2)
+  assert all("resumed from step 1" in out for out in errs)
   one = subprocess.run([sys.executable, str(WORKER), str(single), "2"], cwd=REPO, env=_env(8), capture_output=True,
                        text=True, timeout=1200)
   assert one.returncode == 0, (one.stdout + one.stderr)[-5000:]
-  return multi, single, first
+  return multi, single, first, errs
 
 
 @pytest.mark.slow
 def test_two_processes_share_a_step_and_match_one_process_record_by_record(runs):
-  multi, single, first = runs
+  multi, single, first, _ = runs
   got, want = _records(multi), _records(single)
   assert [r["step"] for r in got] == [1, 2] == [r["step"] for r in want]  # process 0 wrote each step once
   for g, w in zip(got, want):
@@ -99,16 +102,16 @@ def test_two_processes_share_a_step_and_match_one_process_record_by_record(runs)
     np.testing.assert_allclose(sum(c["reward"] for c in g["candidates"]),
                                sum(c["reward"] for c in w["candidates"]), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(g["train/loss"], w["train/loss"], rtol=1e-4, atol=1e-6)
-  moved = _params(single, 1)
-  for a, b, c in zip(jax.tree.leaves(_params(multi, 2)), jax.tree.leaves(_params(single, 2)), jax.tree.leaves(moved)):
+  multi_2, single_2, moved = _params((multi, 2), (single, 2), (single, 1))
+  for a, b in zip(jax.tree.leaves(multi_2), jax.tree.leaves(single_2)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
-  assert any(np.abs(np.asarray(b) - np.asarray(c)).max() > 0 for b, c in zip(jax.tree.leaves(_params(single, 2)),
+  assert any(np.abs(np.asarray(b) - np.asarray(c)).max() > 0 for b, c in zip(jax.tree.leaves(single_2),
                                                                                jax.tree.leaves(moved)))
 
 
 @pytest.mark.slow
 def test_each_process_ran_only_its_own_share(runs):
-  multi, single, first = runs
+  multi, single, first, _ = runs
   reference = json.loads((single / "process_0.json").read_text())  # the whole of two steps, one process
   second = [json.loads((multi / f"process_{i}.json").read_text()) for i in range(2)]
   for name in ("sandbox_jobs", "sampled_requests"):
@@ -119,9 +122,8 @@ def test_each_process_ran_only_its_own_share(runs):
 
 @pytest.mark.slow
 def test_processes_that_disagree_stop_with_one_line(runs):
-  """A third step on the same run with one verdict flipped on process 1 (--corrupt): both stop."""
-  multi, _, _ = runs
-  errs = _two_processes(multi, 3, "--corrupt", expect_rc=2)
+  """The resumed launch's third step, with one verdict flipped on process 1 (--corrupt): both stop."""
+  multi, _, _, errs = runs
   for err in errs:
     last = [line for line in err.strip().splitlines() if line.startswith("error: ")][-1]
     assert last.startswith("error: step 3: processes disagree on candidate records"), err[-3000:]

@@ -1,7 +1,7 @@
 """The continuous engine on 8 simulated devices equals the one-device engine (fp32, tiny model).
 
-Run by tests/test_sampling_mesh.py in a subprocess with 8 simulated CPU devices (the device count is
-fixed before jax is imported). For meshes (2,2,2), (8,1,1) and (1,2,4) (kv heads replicated: 2 kv
+Run by tests/test_eight_devices.py in its 8-device subprocess with the other 8-device cases (the device
+count is fixed before jax is imported). For meshes (2,2,2), (8,1,1) and (1,2,4) (kv heads replicated: 2 kv
 heads do not split 4 ways), sampled rows with eos, stop-free budgets of 1..20 and 2 samples per
 prompt through more requests than slots: the same tokens (exactly) and log-probs (to 1e-5: tensor
 splits change float summation order) as the engine on one device, the slot state laid out as the

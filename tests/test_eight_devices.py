@@ -21,11 +21,16 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+
+# The multi-process tests use every core: kept on one xdist worker, one after another, never side
+# by side (pytest.ini: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("multiprocess")
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # Each case module and the number of cases it must pass: a case lost to a renamed parameter or a
 # module-level skip (fewer than 8 devices) fails here instead of passing unseen.
 CASES = {"tests/sharding_cases.py": 44, "tests/selfplay_mesh_cases.py": 5, "tests/sampling_mesh_cases.py": 5}
-# A hang ends with the child's output (CI's --timeout=900 may end it first; the cases take ~4-5 min on
+# A hang ends with the child's output (CI's --timeout=1800 bounds the whole test; the cases take ~4-5 min on
 # 2 quiet cores, but much longer on a loaded machine).
 TIMEOUT_S = 1500
 
@@ -56,7 +61,7 @@ def test_all_eight_device_cases_in_one_process(tmp_path):
              # The SPMD partitioner still runs; this only skips the slow LLVM optimisation passes.
              JAX_DISABLE_MOST_OPTIMIZATIONS="1", PYTHONPATH=str(REPO))
   env.setdefault("JAX_COMPILATION_CACHE_DIR", str(REPO / ".jax_cache"))
-  cmd = [sys.executable, "-m", "pytest", *CASES, "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+  cmd = [sys.executable, "-m", "pytest", *CASES, "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-o", "addopts=",
          f"--junitxml={junit}", "--durations=15"]
   try:
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)

@@ -19,6 +19,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
+
+# The multi-process tests use every core: kept on one xdist worker, one after another, never side
+# by side (pytest.ini: --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("multiprocess")
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 WORKER = REPO / "tests" / "multihost_session_worker.py"
 

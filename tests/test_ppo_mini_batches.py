@@ -191,4 +191,4 @@ def test_coding_step_makes_one_optimizer_step_per_mini_batch():
 
 
 if __name__ == "__main__":
-  sys.exit(pytest.main([__file__, "-q", "-p", "no:xdist"]))
+  sys.exit(pytest.main([__file__, "-q", "-p", "no:xdist", "-o", "addopts="]))

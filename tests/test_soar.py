@@ -410,4 +410,4 @@ def test_missing_heldout_file_is_refused_at_start_up():
 
 
 if __name__ == "__main__":
-  sys.exit(pytest.main([__file__, "-q", "-p", "no:xdist"]))
+  sys.exit(pytest.main([__file__, "-q", "-p", "no:xdist", "-o", "addopts="]))

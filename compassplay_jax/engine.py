@@ -104,6 +104,7 @@ class Engine:
     self.rollout: RolloutEngine | None = None  # see rollout_engine()
     self._jitted: dict[Any, Any] = {}
     self._sampler_params = (None, None)  # (the params they were cast from, the cast copy)
+    self._cast_jit = None  # sampler_params' jitted cast
 
   @classmethod
   def build(cls, graphdef, params, mesh: Mesh, settings: EngineSettings, optimizer=None) -> "Engine":
@@ -182,11 +183,14 @@ class Engine:
     dtype = jnp.dtype(self.settings.train.compute_dtype or self.model_config.dtype)
     cast = lambda tree: jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
     local_shardings = sh.tree_shardings(params, self.sampler_mesh, self.model_config.head_dim)
+    if self._cast_jit is None:  # built once per run: a new jit per update would retrace every step
+      target = (local_shardings if self.transfer_mesh is None else
+                jax.tree.map(lambda s: NamedSharding(self.transfer_mesh, s.spec), local_shardings))
+      self._cast_jit = jax.jit(cast, out_shardings=target)
     if self.transfer_mesh is None:
-      out = jax.jit(cast, out_shardings=local_shardings)(params)
+      out = self._cast_jit(params)
     else:
-      wide = jax.tree.map(lambda s: NamedSharding(self.transfer_mesh, s.spec), local_shardings)
-      gathered = jax.jit(cast, out_shardings=wide)(params)
+      gathered = self._cast_jit(params)
       out = jax.tree.map(lambda x, s: jax.make_array_from_single_device_arrays(
           x.shape, s, [shard.data for shard in x.addressable_shards]), gathered, local_shardings)
     self._sampler_params = (params, out)

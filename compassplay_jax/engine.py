@@ -19,6 +19,7 @@ ShapeDtypeStructs, so memory_report lowers and compiles exactly the programs a r
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 from typing import Any, Sequence
@@ -37,6 +38,7 @@ from compassplay_jax.rewards import reference as reference_lib
 from compassplay_jax.rewards import soar as soar_lib
 from compassplay_jax.rl import train_step as train_lib
 from compassplay_jax.sampling import decode as decode_lib
+from compassplay_jax.sampling import slots as slots_lib
 from compassplay_jax.sampling.engine import RolloutEngine
 
 _log = logging.getLogger(__name__)
@@ -181,7 +183,7 @@ class Engine:
     if self._sampler_params[0] is params:
       return self._sampler_params[1]
     dtype = jnp.dtype(self.settings.train.compute_dtype or self.model_config.dtype)
-    cast = lambda tree: jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
+    cast = functools.partial(slots_lib.cast_params, dtype=dtype)
     local_shardings = sh.tree_shardings(params, self.sampler_mesh, self.model_config.head_dim)
     if self._cast_jit is None:  # built once per run: a new jit per update would retrace every step
       target = (local_shardings if self.transfer_mesh is None else

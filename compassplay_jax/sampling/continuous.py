@@ -108,9 +108,9 @@ class ContinuousEngine(RolloutEngine):
   mesh: a (data, fsdp, tensor) jax Mesh the slots, cache and params live on (None or one device: plain
     jit). Every array the engine makes lives on this mesh; it need not span jax.devices().
   max_prefill_tokens: most prompt tokens (rows x bucket, per batch device) one prefill call runs.
-  shrink: once no request waits and at most half the slots are live, move the live rows into half as
-    many slots (repeatedly, down to shrink_floor per batch device), so the last rows of a call do not
-    decode beside empty slots (slots.compact; each device keeps its own rows).
+  shrink: once no request waits and the live rows fit a smaller power of two of slots (per batch
+    device), move them there (repeatedly, down to shrink_floor per batch device), so the last rows of
+    a call do not decode beside empty slots (slots.compact; each device keeps its own rows).
   """
 
   def __init__(self, graphdef, tokenizer, params=None, *, slots: int | None = None,
@@ -336,13 +336,14 @@ class ContinuousEngine(RolloutEngine):
     return state
 
   def _shrink(self, state, in_slot, host_done):
-    """Halves the slots (as often as it can) when at most half are live: each batch shard keeps its
-    own live rows, so the new count is the batch divisor x a power of two holding the fullest shard."""
+    """Moves the live rows into fewer slots once they fit a smaller power of two per batch shard
+    (a budget's 43 slots -> 32 -> 16 ...; at least shrink_floor): each shard keeps its own live rows,
+    so the new count is the batch divisor x the power of two holding the fullest shard."""
     d = self.programs.batch_divisor
     local = len(in_slot) // d
     shards = [[b for b in range(i * local, (i + 1) * local) if in_slot[b] is not None] for i in range(d)]
     need = max(_pow2_at_least(max(len(x) for x in shards)), self.shrink_floor)
-    if 2 * need > local:
+    if need >= local:  # (a slot count from the memory budget need not be a power of two: 43 -> 32)
       return state, in_slot, host_done
     keep = np.zeros((d * need,), np.int32)
     valid = np.zeros((d * need,), bool)
@@ -393,7 +394,7 @@ class ContinuousEngine(RolloutEngine):
       p = _pow2_at_least(slots // d)
       while p > self.shrink_floor:
         p //= 2
-        if 2 * p * d <= slots:
+        if p * d < slots:
           sizes.append(d * p)
     # One size at a time (at most two caches alive, as when a call shrinks): its decode programs, then
     # its compactions to every smaller size, keeping the next size's state.

@@ -9,10 +9,10 @@ from flax import nnx
 from compassplay_jax.models.config import ModelConfig
 from compassplay_jax.models.decoder import init_decoder
 from compassplay_jax.models.loading import load_hf_model
-from compassplay_jax.sampling import SamplingConfig, batching
+from compassplay_jax.sampling import SamplingConfig, batching, generate
 from compassplay_jax.sampling import slots as slots_lib
 from compassplay_jax.sampling.continuous import ContinuousEngine
-from compassplay_jax.sampling.engine import Request, StaticEngine
+from compassplay_jax.sampling.engine import Request
 from tests.hf_fixtures import save_tiny_hf_model
 
 torch = pytest.importorskip("torch")
@@ -42,6 +42,15 @@ def _hf_greedy(hf_model, prompt, budget, eos):
   return out[0, len(prompt):].numpy()
 
 
+def _static_rows(graphdef, params, prompts, budgets, config, key):
+  """The static sampler's rows for per-request budgets: one `generate` call with the largest budget,
+  each row cut to its request's budget (a row's draws depend on (key, request, sample, token index)
+  only, so this is what the static engine's per-budget calls give; test_rollout_engine checks that
+  equality). One call compiles one prefill and one decode, not one pair per distinct budget."""
+  res = generate(graphdef, params, None, prompts, config.replace(max_new_tokens=max(budgets)), key)
+  return [t[:budgets[r // config.n_samples]] for r, t in enumerate(res.tokens)]
+
+
 def _common_eos(hf_model, prompts):
   """A token some greedy completions produce mid-way: as eos it ends those rows early, not all, and
   not the longest one (request 2, which must outgrow the first attention window)."""
@@ -61,13 +70,14 @@ def test_greedy_equals_transformers_and_static_with_more_requests_than_slots(tin
   requests = [Request(p, max_new_tokens=b) for p, b in zip(prompts, BUDGETS)]
   engine = ContinuousEngine(graphdef, None, params, slots=3, chunk_tokens=4, cache_length=128)
   got = engine.generate(requests, config, 0)
-  static = StaticEngine(graphdef, None, params).generate(requests, config, 0)
+  static = _static_rows(graphdef, params, prompts, BUDGETS, config, 0)
   reasons = set()
   for i, (prompt, budget) in enumerate(zip(prompts, BUDGETS)):
     want = _hf_greedy(hf_model, prompt, budget, eos)
     np.testing.assert_array_equal(got.tokens[i], want)
-    np.testing.assert_array_equal(got.tokens[i], static.tokens[i])
-    assert got.finish_reasons[i] == static.finish_reasons[i] == ("eos" if want[-1] == eos else "length")
+    np.testing.assert_array_equal(got.tokens[i], static[i])
+    assert got.finish_reasons[i] == ("eos" if static[i][-1] == eos else "length") == \
+        ("eos" if want[-1] == eos else "length")
     assert got.lengths[i] == len(want) and len(got.logprobs[i]) == len(want)
     reasons.add(got.finish_reasons[i])
   assert reasons == {"eos", "length"}  # both stop conditions occur
@@ -75,27 +85,38 @@ def test_greedy_equals_transformers_and_static_with_more_requests_than_slots(tin
   assert set(engine.stats.windows) == {64, 128}  # attention windows switched mid-call
 
 
-def _full_forward_logprobs(graphdef, params, res, temperature):
+@jax.jit(static_argnums=(0, 4))
+def _full_forward_logprobs(graphdef, params, ids, mask, temperature):
+  logits = nnx.merge(graphdef, params)(ids, attention_mask=mask)
+  return jax.nn.log_softmax(logits / temperature, -1)
+
+
+# Sampled runs: top-k and top-p cut the candidates, the log-probs stay the full tempered distribution's.
+SAMPLED = SamplingConfig(temperature=0.8, top_k=5, top_p=0.9, max_new_tokens=40, n_samples=3, eos_ids=(3,),
+                         bucket_lengths=BUCKETS)
+
+
+@pytest.fixture(scope="module")
+def sampled(tiny):
+  """One sampled call through 3 slots (longest budgets admitted first), shared by the log-prob and
+  the reproducibility tests: (graphdef, params, requests, engine, result)."""
+  model, _ = tiny
+  graphdef, params = nnx.split(model)
+  requests = [Request(p, max_new_tokens=b) for p, b in zip(_prompts(model.config.vocab_size), BUDGETS)]
+  engine = ContinuousEngine(graphdef, None, params, slots=3, chunk_tokens=4, cache_length=128,
+                            order="longest_first")
+  return graphdef, params, requests, engine, engine.generate(requests, SAMPLED, jax.random.key(7))
+
+
+def test_logprobs_match_full_forward(sampled):
+  graphdef, params, _, _, res = sampled
   seqs = [np.concatenate([res.prompt_tokens[r], res.tokens[r]]) for r in range(len(res))]
   width = max(map(len, seqs))
   ids = np.zeros((len(seqs), width), np.int32)
   mask = np.zeros((len(seqs), width), np.int32)
   for r, seq in enumerate(seqs):
     ids[r, width - len(seq):], mask[r, width - len(seq):] = seq, 1
-  logits = nnx.merge(graphdef, params)(ids, attention_mask=mask)
-  return width, np.asarray(jax.nn.log_softmax(logits / temperature, -1))
-
-
-def test_logprobs_match_full_forward(tiny):
-  model, _ = tiny
-  graphdef, params = nnx.split(model)
-  temp = 0.8
-  config = SamplingConfig(temperature=temp, top_k=5, top_p=0.9, max_new_tokens=40, n_samples=2, eos_ids=(3,),
-                          bucket_lengths=BUCKETS)
-  requests = [Request(p, max_new_tokens=b) for p, b in zip(_prompts(model.config.vocab_size), BUDGETS)]
-  res = ContinuousEngine(graphdef, None, params, slots=3, chunk_tokens=4, cache_length=128).generate(
-      requests, config, jax.random.key(3))
-  width, lp = _full_forward_logprobs(graphdef, params, res, temp)
+  lp = np.asarray(_full_forward_logprobs(graphdef, params, ids, mask, SAMPLED.temperature))
   for r, comp in enumerate(res.tokens):
     at = width - len(comp) - 1 + np.arange(len(comp))  # logits at t predict token t + 1
     np.testing.assert_allclose(res.logprobs[r], lp[r, at, comp], atol=1e-4)
@@ -106,13 +127,9 @@ def test_logprobs_match_full_forward(tiny):
       assert len(comp) == budget
 
 
-def test_sampling_reproducible_whatever_order_slots_free_up(tiny):
-  model, _ = tiny
-  graphdef, params = nnx.split(model)
-  config = SamplingConfig(temperature=1.0, max_new_tokens=40, n_samples=3, eos_ids=(3,), bucket_lengths=BUCKETS)
-  requests = [Request(p, max_new_tokens=b) for p, b in zip(_prompts(model.config.vocab_size), BUDGETS)]
-  run = lambda key, **kw: ContinuousEngine(graphdef, None, params, **kw).generate(requests, config, key)
-  base = run(jax.random.key(7), slots=3, chunk_tokens=4)
+def test_sampling_reproducible_whatever_order_slots_free_up(sampled):
+  graphdef, params, requests, engine, base = sampled
+  run = lambda key, **kw: ContinuousEngine(graphdef, None, params, **kw).generate(requests, SAMPLED, key)
   # Other admission orders, chunk sizes and refill points put rows in other slots at other times.
   for kw in (dict(slots=3, chunk_tokens=2, order="arrival"), dict(slots=3, chunk_tokens=5, refill_threshold=2),
              dict(slots=4, chunk_tokens=3, order="arrival")):
@@ -121,9 +138,9 @@ def test_sampling_reproducible_whatever_order_slots_free_up(tiny):
       np.testing.assert_array_equal(base.tokens[r], other.tokens[r], err_msg=f"row {r} with {kw}")
       np.testing.assert_allclose(base.logprobs[r], other.logprobs[r], atol=1e-5)
   # The same keys as the static sampler: (request, sample, token index).
-  static = StaticEngine(graphdef, None, params).generate(requests, config, jax.random.key(7))
-  assert all(np.array_equal(a, b) for a, b in zip(base.tokens, static.tokens))
-  different = run(jax.random.key(8), slots=3, chunk_tokens=4)
+  static = _static_rows(graphdef, params, [r.prompt for r in requests], BUDGETS, SAMPLED, jax.random.key(7))
+  assert all(np.array_equal(a, b) for a, b in zip(base.tokens, static))
+  different = engine.generate(requests, SAMPLED, jax.random.key(8))  # the same engine: its programs are built
   assert not all(np.array_equal(a, b) for a, b in zip(base.tokens, different.tokens))
   assert not np.array_equal(base.tokens[0], base.tokens[1])  # samples of one prompt differ
 
@@ -208,8 +225,9 @@ def test_slots_follow_the_memory_budget_and_cache_follows_model_dtype():
   engine = ContinuousEngine(bf_graphdef, None, bf_params, slots=2, cache_length=32)
   bf = engine.generate(requests, config, 0)
   assert engine._state.cache[0].k.dtype == np.dtype("bfloat16")
-  static = StaticEngine(bf_graphdef, None, bf_params).generate(requests, config, 0)
-  assert all(np.array_equal(a, b) for a, b in zip(bf.tokens, static.tokens))
+  static = _static_rows(bf_graphdef, bf_params, [r.prompt for r in requests], [r.max_new_tokens for r in requests],
+                        config, 0)
+  assert all(np.array_equal(a, b) for a, b in zip(bf.tokens, static))
 
 
 def test_bad_input_is_one_clear_error():

@@ -87,7 +87,9 @@ def test_on_finish_reports_every_row_once_as_soon_as_it_is_final(name):
   graphdef, params = nnx.split(init_decoder(CFG, seed=5))
   config = SamplingConfig(temperature=1.0, max_new_tokens=16, n_samples=2, eos_ids=(3, 4), bucket_lengths=(8,),
                           micro_batch_size=4)
-  requests = [Request(p, max_new_tokens=b) for p, b in zip(PROMPTS, BUDGETS)]
+  # Two budgets, interleaved: the static engine runs one generate per budget (each compiles its own
+  # programs), each of 3 prompts in 2 micro-batches, and maps their rows back to request order.
+  requests = [Request(p, max_new_tokens=(16, 3)[i % 2]) for i, p in enumerate(PROMPTS)]
   fns = _CountingFns()
   engine = StaticEngine(graphdef, None, params, device_fns=fns) if name == "static" else \
       ContinuousEngine(graphdef, None, params, slots=4, chunk_tokens=2)
@@ -137,6 +139,9 @@ def test_a_6000_token_prompt_goes_through_the_paper_sampler_settings(engine_name
   from compassplay_jax.selfplay.step import one_device_engine
   config = _paper_config()
   config.model.path = "tiny"
+  # The smallest tiny model (the prefill of 6144 tokens dominates): the sampler settings are the paper's.
+  config.model.tiny_hidden_size, config.model.tiny_layers = 16, 1
+  config.model.tiny_heads = config.model.tiny_kv_heads = 1
   config.sampling.engine = engine_name
   assert config.sampling.max_prompt_tokens == 6144 and config.sampling.max_new_tokens == 8096
   model, tok = build_model(config)

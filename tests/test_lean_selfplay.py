@@ -7,6 +7,7 @@ body carrying `-- fake: error …` fails, a plain one passes. The model is the t
 rewards, cosines and advantages are the loop's real computations; the cosine is checked against an
 independent jax.grad of the per-sequence loss.
 """
+import functools
 import json
 import pathlib
 import sys
@@ -92,23 +93,52 @@ class PolicySampler(ScriptedSampler):
     return result
 
 
-def _sequence_logprob(graphdef, params, prompt_ids, completion_ids):
-  """log p(completion | prompt) by a plain forward of the model (independent of the engine)."""
-  return -float(_loss(nnx.merge(graphdef, params), prompt_ids, completion_ids)) * len(completion_ids)
+# The oracle: a plain forward of the model on one sequence and the mean token cross-entropy of its
+# completion, written here (independent of the engine's packing, loss and fused cosine pass). Jitted,
+# with each sequence padded at its end to a multiple of ORACLE_WIDTH tokens: every sequence of these
+# tests is then one compiled shape (op-by-op jax.grad compiled every primitive for every length:
+# about half of this file's time). The model is causal, so the padding changes none of the logits
+# the loss reads.
+ORACLE_WIDTH = 128
 
 
-def _loss(model, prompt_ids, completion_ids):
+def _padded(prompt_ids, completion_ids):
+  """(tokens, target mask): the sequence padded to a multiple of ORACLE_WIDTH, and 1 at the positions
+  whose next token is a completion token."""
+  ids = np.concatenate([prompt_ids, completion_ids]).astype(np.int32)
+  tokens = np.zeros((-(-len(ids) // ORACLE_WIDTH) * ORACLE_WIDTH,), np.int32)
+  tokens[:len(ids)] = ids
+  targets = np.zeros((len(tokens) - 1,), np.float32)
+  targets[len(prompt_ids) - 1:len(ids) - 1] = 1.0
+  return jnp.asarray(tokens), jnp.asarray(targets)
+
+
+def _loss(model, tokens, targets):
   """Mean token cross-entropy of the completion given the prompt (the per-sequence solver loss)."""
-  ids = jnp.asarray(np.concatenate([prompt_ids, completion_ids]))[None]
+  ids = tokens[None]
   logits = model(ids, attention_mask=jnp.ones_like(ids)).astype(jnp.float32)
   logp = jax.nn.log_softmax(logits[0, :-1], axis=-1)
-  targets = ids[0, 1:]
-  token_logp = jnp.take_along_axis(logp, targets[:, None], axis=-1)[:, 0]
-  return -jnp.mean(token_logp[len(prompt_ids) - 1:])
+  token_logp = jnp.take_along_axis(logp, ids[0, 1:, None], axis=-1)[:, 0]
+  return -jnp.sum(token_logp * targets) / jnp.sum(targets)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _loss_jit(graphdef, params, tokens, targets):
+  return _loss(nnx.merge(graphdef, params), tokens, targets)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _grad_jit(graphdef, params, tokens, targets):
+  return jax.grad(lambda p: _loss(nnx.merge(graphdef, p), tokens, targets))(params)
+
+
+def _sequence_logprob(graphdef, params, prompt_ids, completion_ids):
+  """log p(completion | prompt) by a plain forward of the model (independent of the engine)."""
+  return -float(_loss_jit(graphdef, params, *_padded(prompt_ids, completion_ids))) * len(completion_ids)
 
 
 def _grad(graphdef, params, prompt_ids, completion_ids):
-  g = jax.grad(lambda p: _loss(nnx.merge(graphdef, p), prompt_ids, completion_ids))(params)
+  g = _grad_jit(graphdef, params, *_padded(prompt_ids, completion_ids))
   return np.concatenate([np.asarray(x, np.float64).ravel() for x in jax.tree.leaves(g)])
 
 
@@ -158,56 +188,87 @@ def _proof_tokens(sampler, iteration_calls, needle):
   raise AssertionError(f"no verified proof for {needle}")
 
 
-def test_cos_novelty_for_every_eligible_conjecture_and_copies_pushed_down(setup):
+@pytest.fixture(scope="module")
+def loop(setup):
+  """Three iterations of the loop on the script, shared by the two tests below (each asserts on the
+  iterations it needs): 1, no update (seed_a joins the pool); 2, one real update (step.run_step with
+  its update, all rows in one optimizer step, the sampler's true log-probs as PPO's old log-probs);
+  3, no update, at the updated params. Iteration 2's rewards are computed at the params before its
+  update (`before`), iteration 3's at the updated ones (`updated`)."""
   config, tokenizer, graphdef, params = setup
-  play, sampler = _play(setup)
+  config = config.copy_and_resolve_references()
+  config.lean.train_batch_size = 0  # all rows in one optimizer step
+  sampler = PolicySampler(tokenizer, [GOOD, GOOD, BAD, BAD])
+  play = LeanSelfPlay(config, tokenizer, sampler=sampler)
+  engine = _engine(graphdef, params, config)
   key = jax.random.key(0)
   try:
-    rows1, m1 = _collect(play, graphdef, params, 1, key)
-    # Iteration 1: no seed yet, so no conjecture; the solved target joins the pool and coverage.
-    assert m1["lean/conjectures"] == 0 and play.seeds.names == ["seed_a"]
-    assert play.coverage.history == {"seed_a": 1} and m1["coverage"] == pytest.approx(1 / 3)
-    seed_proof_1 = _proof_tokens(sampler, sampler.log[-1], "(h₁ : y = x + 3)")
-
-    for step in (2, 3):
-      rows, metrics = _collect(play, graphdef, params, step, key)
-      outcomes = [SimpleNamespace(**o) for o in metrics["candidates"]]  # one record per conjecture
-      # Every solved or unsolved target is attempted again (SGS), conjectures only for the seed.
-      assert metrics["lean/targets_attempted"] == 3 and [o.seed for o in outcomes] == ["seed_a"] * 3
-      assert metrics["lean/conjectures_eligible"] == metrics["lean/cosines_computed"] == 3
-      assert all(o.valid and 0 < o.solve_rate < 1 and o.in_band and o.cosine is not None for o in outcomes)
-
-    copy, renamed, novel = outcomes
-    conj_gen = sampler.log[-1]  # iteration 3's proofs
-    # The cosine is cos(g(conjecture's first verified proof), g(seed's verified proof)) at these params.
-    g_seed = _grad(graphdef, params, *seed_proof_1)
-    for outcome, needle in ((copy, "compassplay_conjecture_3_0"), (renamed, "compassplay_conjecture_3_1"),
-                            (novel, "compassplay_conjecture_3_2")):
-      g_conj = _grad(graphdef, params, *_proof_tokens(sampler, conj_gen, needle))
-      assert outcome.cosine == pytest.approx(_cos(g_conj, g_seed), abs=1e-5)
-      assert outcome.reward == pytest.approx(outcome.cosine * (1 - outcome.jaccard), abs=1e-6)
-
-    # The copy: J = 1, reward 0, a negative advantage; the novel conjecture: positive.
-    assert novel.cosine > 0, "precondition: the novel conjecture's proof aligns with the seed's"
-    assert copy.jaccard == 1.0 and copy.reward == 0.0 and copy.copy and not copy.rename
-    assert copy.advantage < 0 < novel.advantage
-    # The renamed copy: not a copy by J, a rename, novelty exactly 1 - J (here about 0.47).
-    assert renamed.rename and not renamed.copy
-    assert 1 - renamed.jaccard == pytest.approx(1 - novelty.token_jaccard(RENAMED, SEED, "lean"))
-    assert 0.4 < 1 - renamed.jaccard < 0.6
-    # g(x̃) of the three conjectures and the seed's g_ref, none cut (reward length = the whole proof).
-    assert metrics["lean/reward_sequences"] == 4 and metrics["lean/reward_truncated"] == 0
-    assert metrics["lean/copies_trained_down"] == 1
-    # Copy and rename rates over the in-band (training) conjectures.
-    assert metrics["copy_rate"] == pytest.approx(1 / 3) and metrics["rename_rate"] == pytest.approx(1 / 3)
-    # The rows carry those advantages: the copy's row stays in the batch with its negative advantage.
-    proposer = [r for r in rows if r.role == "proposer"]
-    assert sorted(r.advantage for r in proposer) == pytest.approx(sorted(o.advantage for o in outcomes))
-    # Solver rows: REINFORCE-1/2 on verified proofs of problems with 0 < s <= 0.5.
-    solver = [r for r in rows if r.role == "solver"]
-    assert len(solver) == 2 + 2 + 2 + 1 and all(r.advantage == 1.0 for r in solver)
+    sampler.active = False
+    first = step_lib.run_step(play, engine, params, None, 1, key, update=None)
+    after_first = SimpleNamespace(seeds=list(play.seeds.names), coverage=dict(play.coverage.history))
+    proofs_1 = sampler.log[-1]
+    sampler.active = True
+    start, opt_state = engine.init_train_state(jax.tree.map(jnp.copy, params))
+    before = jax.tree.map(np.array, start)  # the train step donates `start`
+    second = step_lib.run_step(play, engine, start, opt_state, 2, key,
+                               update=step_lib.UpdateOptions.from_config(config, tokenizer.pad_token_id))
+    conjectures_2, proofs_2 = sampler.log[-2:]  # iteration 2: the conjectures, then their proofs
+    sampler.active = False
+    third = step_lib.run_step(play, engine, second.params, None, 3, key, update=None)
   finally:
     play.close()
+  return SimpleNamespace(sampler=sampler, iterations={1: first, 2: second, 3: third}, after_first=after_first,
+                         proofs_1=proofs_1, conjectures_2=conjectures_2, proofs_2=proofs_2, before=before,
+                         updated=second.params)
+
+
+def test_cos_novelty_for_every_eligible_conjecture_and_copies_pushed_down(setup, loop):
+  config, tokenizer, graphdef, params = setup
+  sampler, m1 = loop.sampler, loop.iterations[1].metrics
+  # Iteration 1: no seed yet, so no conjecture; the solved target joins the pool and coverage.
+  assert m1["lean/conjectures"] == 0 and loop.after_first.seeds == ["seed_a"]
+  assert loop.after_first.coverage == {"seed_a": 1} and m1["coverage"] == pytest.approx(1 / 3)
+  seed_proof_1 = _proof_tokens(sampler, loop.proofs_1, "(h₁ : y = x + 3)")
+
+  for step in (2, 3):
+    metrics = loop.iterations[step].metrics
+    outcomes = [SimpleNamespace(**o) for o in metrics["candidates"]]  # one record per conjecture
+    # Every solved or unsolved target is attempted again (SGS), conjectures only for the seed.
+    assert metrics["lean/targets_attempted"] == 3 and [o.seed for o in outcomes] == ["seed_a"] * 3
+    assert metrics["lean/conjectures_eligible"] == metrics["lean/cosines_computed"] == 3
+    assert all(o.valid and 0 < o.solve_rate < 1 and o.in_band and o.cosine is not None for o in outcomes)
+
+  # Iteration 2 (its rewards at the params before its update; its reference: iteration 1's proof).
+  rows, metrics = loop.iterations[2].rows, loop.iterations[2].metrics
+  copy, renamed, novel = [SimpleNamespace(**o) for o in metrics["candidates"]]
+  # The cosine is cos(g(conjecture's first verified proof), g(seed's verified proof)) at these params.
+  g_seed = _grad(graphdef, loop.before, *seed_proof_1)
+  for outcome, needle in ((copy, "compassplay_conjecture_2_0"), (renamed, "compassplay_conjecture_2_1"),
+                          (novel, "compassplay_conjecture_2_2")):
+    g_conj = _grad(graphdef, loop.before, *_proof_tokens(sampler, loop.proofs_2, needle))
+    assert outcome.cosine == pytest.approx(_cos(g_conj, g_seed), abs=1e-5)
+    assert outcome.reward == pytest.approx(outcome.cosine * (1 - outcome.jaccard), abs=1e-6)
+
+  # The copy: J = 1, reward 0, a negative advantage; the novel conjecture: positive.
+  assert novel.cosine > 0, "precondition: the novel conjecture's proof aligns with the seed's"
+  assert copy.jaccard == 1.0 and copy.reward == 0.0 and copy.copy and not copy.rename
+  assert copy.advantage < 0 < novel.advantage
+  # The renamed copy: not a copy by J, a rename, novelty exactly 1 - J (here about 0.47).
+  assert renamed.rename and not renamed.copy
+  assert 1 - renamed.jaccard == pytest.approx(1 - novelty.token_jaccard(RENAMED, SEED, "lean"))
+  assert 0.4 < 1 - renamed.jaccard < 0.6
+  # g(x̃) of the three conjectures and the seed's g_ref, none cut (reward length = the whole proof).
+  assert metrics["lean/reward_sequences"] == 4 and metrics["lean/reward_truncated"] == 0
+  assert metrics["lean/copies_trained_down"] == 1
+  # Copy and rename rates over the in-band (training) conjectures.
+  assert metrics["copy_rate"] == pytest.approx(1 / 3) and metrics["rename_rate"] == pytest.approx(1 / 3)
+  # The rows carry those advantages: the copy's row stays in the batch with its negative advantage.
+  outcomes = (copy, renamed, novel)
+  proposer = [r for r in rows if r.role == "proposer"]
+  assert sorted(r.advantage for r in proposer) == pytest.approx(sorted(o.advantage for o in outcomes))
+  # Solver rows: REINFORCE-1/2 on verified proofs of problems with 0 < s <= 0.5.
+  solver = [r for r in rows if r.role == "solver"]
+  assert len(solver) == 2 + 2 + 2 + 1 and all(r.advantage == 1.0 for r in solver)
 
 
 def test_state_round_trip_keeps_seed_pool_and_coverage(setup):
@@ -348,35 +409,21 @@ def test_strict_extraction_rejects_text_after_the_block(setup):
   assert rates == pytest.approx({False: 0.5, True: 0.25})
 
 
-def test_one_update_lowers_a_copy_and_raises_a_novel_conjecture(setup):
-  """Issue 27 item 5: one real update of the loop (step.run_step with its update, the sampler's true
-  log-probs as PPO's old log-probs) lowers log p(copy | prompt) and raises log p(novel | prompt),
-  measured by a plain forward of the model before and after."""
+def test_one_update_lowers_a_copy_and_raises_a_novel_conjecture(setup, loop):
+  """Issue 27 item 5: one real update of the loop (iteration 2 of `loop`: step.run_step with its
+  update, the sampler's true log-probs as PPO's old log-probs) lowers log p(copy | prompt) and raises
+  log p(novel | prompt), measured by a plain forward of the model before and after."""
   config, tokenizer, graphdef, params = setup
-  config = config.copy_and_resolve_references()
-  config.lean.train_batch_size = 0  # all rows in one optimizer step
-  sampler = PolicySampler(tokenizer, [GOOD, GOOD, BAD, BAD])
-  play = LeanSelfPlay(config, tokenizer, sampler=sampler)
-  engine = _engine(graphdef, params, config)
-  try:
-    sampler.active = False
-    step_lib.run_step(play, engine, params, None, 1, jax.random.key(0), update=None)  # seed_a joins the pool
-    sampler.active = True
-    start, opt_state = engine.init_train_state(jax.tree.map(jnp.copy, params))
-    before = jax.tree.map(np.array, start)  # the train step donates `start`
-    result = step_lib.run_step(play, engine, start, opt_state, 2, jax.random.key(0),
-                               update=step_lib.UpdateOptions.from_config(config, tokenizer.pad_token_id))
-    copy, _, novel = [SimpleNamespace(**o) for o in result.metrics["candidates"]]
-    assert copy.jaccard == 1.0 and copy.advantage <= -1.0 and novel.in_band and novel.advantage > 0
-    assert result.metrics["train/optimizer_steps"] == 1
-    # The old log-probs are the policy's own: the first (and only) step's ratio is 1.
-    assert result.metrics["train/ratio_mean"] == pytest.approx(1.0, abs=1e-5)
-    conjectures = sampler.log[-2]  # iteration 2: the conjectures, then their proofs
-    assert conjectures.texts[0].find("copy_a") > 0 and conjectures.texts[2].find("novel_a") > 0
-    change = {}
-    for name, r in (("copy", 0), ("novel", 2)):
-      ids = conjectures.prompt_tokens[r], conjectures.tokens[r]
-      change[name] = (_sequence_logprob(graphdef, result.params, *ids) - _sequence_logprob(graphdef, before, *ids))
-    assert change["copy"] < 0 < change["novel"], change
-  finally:
-    play.close()
+  result = loop.iterations[2]
+  copy, _, novel = [SimpleNamespace(**o) for o in result.metrics["candidates"]]
+  assert copy.jaccard == 1.0 and copy.advantage <= -1.0 and novel.in_band and novel.advantage > 0
+  assert result.metrics["train/optimizer_steps"] == 1
+  # The old log-probs are the policy's own: the first (and only) step's ratio is 1.
+  assert result.metrics["train/ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+  conjectures = loop.conjectures_2
+  assert conjectures.texts[0].find("copy_a") > 0 and conjectures.texts[2].find("novel_a") > 0
+  change = {}
+  for name, r in (("copy", 0), ("novel", 2)):
+    ids = conjectures.prompt_tokens[r], conjectures.tokens[r]
+    change[name] = (_sequence_logprob(graphdef, loop.updated, *ids) - _sequence_logprob(graphdef, loop.before, *ids))
+  assert change["copy"] < 0 < change["novel"], change

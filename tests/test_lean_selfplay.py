@@ -222,6 +222,8 @@ def loop(setup):
                          updated=second.params)
 
 
+# The tests on `loop` run on one xdist worker (--dist loadgroup), so the module-scoped run is made once.
+@pytest.mark.xdist_group("lean_selfplay_loop")
 def test_cos_novelty_for_every_eligible_conjecture_and_copies_pushed_down(setup, loop):
   config, tokenizer, graphdef, params = setup
   sampler, m1 = loop.sampler, loop.iterations[1].metrics
@@ -409,6 +411,7 @@ def test_strict_extraction_rejects_text_after_the_block(setup):
   assert rates == pytest.approx({False: 0.5, True: 0.25})
 
 
+@pytest.mark.xdist_group("lean_selfplay_loop")
 def test_one_update_lowers_a_copy_and_raises_a_novel_conjecture(setup, loop):
   """Issue 27 item 5: one real update of the loop (iteration 2 of `loop`: step.run_step with its
   update, the sampler's true log-probs as PPO's old log-probs) lowers log p(copy | prompt) and raises

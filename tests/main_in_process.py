@@ -30,6 +30,12 @@ _COMM = pathlib.Path("/proc/self/comm")
 
 def run_main(args, capsys) -> tuple[int, str]:
   """(exit status, stderr) of `python -m compassplay_jax.main *args`, run in this process."""
+  code, _, err = run_main_output(args, capsys)
+  return code, err
+
+
+def run_main_output(args, capsys) -> tuple[int, str, str]:
+  """(exit status, stdout, stderr) of `python -m compassplay_jax.main *args`, run in this process."""
   from compassplay_jax import logging_setup
   loggers = [logging.getLogger(), *map(logging.getLogger, logging_setup.NOISY_LOGGERS)]
   saved_levels = [l.level for l in loggers]
@@ -60,7 +66,8 @@ def run_main(args, capsys) -> tuple[int, str]:
         os.environ[key] = value
     if saved_comm is not None:
       _COMM.write_bytes(saved_comm)
-  return code, capsys.readouterr().err
+  captured = capsys.readouterr()
+  return code, captured.out, captured.err
 
 
 def _swap_in_main_flags() -> dict:

@@ -15,6 +15,7 @@ from compassplay_jax.data import paths, sources
 from compassplay_jax.domains.coding.reference_set import resolve_path
 from compassplay_jax.evals import benchmarks
 from tests.conftest import SHARED_DATA
+from tests.main_in_process import run_main_output
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -229,13 +230,14 @@ def test_evaluate_reads_the_configs_data_dir(tmp_path):
   assert results["benchmarks"]["gsm8k"]["total"] == expected
 
 
-def test_run_prints_backend_and_devices_at_start_up(tmp_path):
-  env = dict(os.environ, JAX_PLATFORMS="cpu")
-  result = subprocess.run([sys.executable, "-m", "compassplay_jax.main", f"--config={REPO}/configs/coding.py:tiny",
-                           "--config.steps=0", f"--workdir={tmp_path}"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=600)
-  assert result.returncode == 0, result.stderr[-2000:]
-  assert "[compassplay] backend cpu: 1 device (cpu)" in result.stdout.splitlines()
+def test_run_prints_backend_and_devices_at_start_up(tmp_path, monkeypatch, capsys):
+  """main's entry() in this process (tests/main_in_process.py: no interpreter start and imports); the
+  command line itself runs in test_user_errors.py and the sweep's cells (tests/shared_runs.py)."""
+  monkeypatch.chdir(tmp_path)
+  code, out, err = run_main_output([f"--config={REPO}/configs/coding.py:tiny", "--config.steps=0",
+                                    f"--workdir={tmp_path}"], capsys)
+  assert code == 0, err[-2000:]
+  assert "[compassplay] backend cpu: 1 device (cpu)" in out.splitlines()
   # The run's summary states its reference set: drawn by reward.reference_seed, not the run seed.
   from compassplay_jax.domains.coding import reference_set
   stated = json.loads((tmp_path / "summary.json").read_text())["reference_set"]

@@ -1,14 +1,10 @@
 """The end-of-run proposer summary: cosine share and table (hand-computed oracles), and the tiny run's
 printed table, PNG and per-step in-band / cosine-share metrics."""
 import json
-import pathlib
-import sys
 
 import pytest
 
 from compassplay_jax.selfplay import summary
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
 
 CANDIDATES = [
     {"type": "deduction", "solve_rate": 0.5, "cosine": 0.2, "reward": 0.2, "valid": True, "in_band": True,
@@ -38,18 +34,17 @@ def test_candidate_table_lists_every_candidate():
 
 
 @pytest.mark.slow
-def test_tiny_run_prints_the_table_and_writes_the_png(tmp_path, capsys):
-  sys.path.insert(0, str(REPO / "configs"))
-  try:
-    import coding as coding_config
-  finally:
-    sys.path.pop(0)
-  from compassplay_jax.selfplay.run import run
-  config = coding_config.get_config("tiny")
-  config.compile_cache_dir = ""
-  run(config, tmp_path)
-  out = capsys.readouterr().out
-  lines = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+@pytest.mark.xdist_group("coding_tiny_runs")
+def test_tiny_run_prints_the_table_and_writes_the_png(coding_tiny_runs):
+  """On the shared sweep's compassplay_cos/seed_1 (tests/shared_runs.py): coding:tiny run straight through
+  by `python -m compassplay_jax.main`, its output in the cell's sweep.log."""
+  from tests import shared_runs
+  config = shared_runs.shared_config()
+  workdir = coding_tiny_runs.sweep / "compassplay_cos" / "seed_1"
+  out = (workdir / "sweep.log").read_text()
+  assert len([l for l in out.splitlines() if l.startswith("$ ")]) == 1  # one run, straight through
+  assert "[compassplay] done: 2 steps" in out
+  lines = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
   for line in lines:
     assert {"in_band_count", "cos_paid_count", "cos_share", "candidates", "compile/count"} <= set(line)
     assert len(line["candidates"]) == config.coding.proposals_per_type * 2  # deduction and abduction
@@ -59,6 +54,6 @@ def test_tiny_run_prints_the_table_and_writes_the_png(tmp_path, capsys):
     validation = {k: v for k, v in line.items() if k.startswith("verdicts/validation/")}
     assert sum(validation.values()) >= len(line["candidates"]), validation
   assert summary.candidate_table(lines[-1]["step"], lines[-1]["candidates"]) in out
-  png = tmp_path / summary.PNG_NAME
+  png = workdir / summary.PNG_NAME
   assert f"plot: {png}" in out
   assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000

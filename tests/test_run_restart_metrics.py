@@ -7,6 +7,7 @@ from tests import shared_runs
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("coding_tiny_runs")
 def test_restart_without_a_checkpoint_does_not_repeat_a_step(coding_tiny_runs):
   """The shared sweep's first cell (tests/shared_runs.py) started with what a run killed during step 2,
   before any checkpoint was written, leaves behind: metrics lines for steps 1 and 2 and no checkpoint.

@@ -66,24 +66,43 @@ def _check_run(workdir, config, steps):
   return lines, extra
 
 
-@pytest.mark.slow
-def test_coding_tiny_two_steps_with_the_kl_term(tmp_path):
-  """The main job's loop on coding:tiny with --config.train.kl_coef=0.01 (it crashed in Session.create
-  with a NameError once): two steps, and the loss is pg - entropy_coef * entropy + kl_coef * KL."""
-  config = _config("coding:tiny", **{"train.kl_coef": 0.01})
-  run(config, tmp_path)
-  lines, extra = _check_run(tmp_path, config, 2)
+def _check_kl_lines(lines, config):
   assert {"valid_rate", "reward/proposer", "reward/solver", "train/loss", "solve_rate_histogram"} <= set(lines[-1])
   assert lines[0]["train/kl"] == pytest.approx(0.0, abs=1e-6)  # step 1: the policy is the reference
   assert lines[1]["train/kl"] > 1e-7  # step 2: one update away from it
   for line in lines:
-    want = line["train/pg_loss"] - config.train.entropy_coef * line["train/entropy"] + 0.01 * line["train/kl"]
+    want = (line["train/pg_loss"] - config.train.entropy_coef * line["train/entropy"]
+            + config.train.kl_coef * line["train/kl"])
     assert line["train/loss"] == pytest.approx(want, rel=1e-4, abs=1e-7)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("coding_tiny_runs")
+def test_coding_tiny_two_steps_with_the_kl_term(coding_tiny_runs):
+  """The main job's loop on coding:tiny with --config.train.kl_coef=0.01 (it crashed in Session.create
+  with a NameError once): two steps, and the loss is pg - entropy_coef * entropy + kl_coef * KL.
+  The runs are the shared ones (tests/shared_runs.py): the sweep's cells are that command line
+  (compassplay_cos/seed_1 straight through; seed_0 killed and resumed, so its step 2 KL is measured
+  against the reference policy rebuilt on resume), and the straight Session run has the same config."""
+  from tests import shared_runs
+  config = shared_runs.shared_config()
+  assert config.train.kl_coef == shared_runs.KL_COEF == 0.01
+  for reward in shared_runs.SWEEP_REWARDS:
+    for seed in shared_runs.SWEEP_SEEDS:
+      cell = coding_tiny_runs.sweep / reward / f"seed_{seed}"
+      assert json.loads((cell / "config.json").read_text())["train"]["kl_coef"] == 0.01, cell
+      _check_kl_lines([json.loads(l) for l in (cell / "metrics.jsonl").read_text().splitlines()], config)
+  straight = [json.loads(l) for l in (coding_tiny_runs.straight / "metrics.jsonl").read_text().splitlines()]
+  _check_kl_lines(straight[:2], config)
+  workdir = coding_tiny_runs.sweep / "compassplay_cos" / "seed_1"
+  config.seed = 1
+  lines, extra = _check_run(workdir, config, 2)
+  _check_kl_lines(lines, config)
   buffers = extra["selfplay"]  # the task buffers are checkpointed, the built-in seed programs first
   assert set(buffers) == {"deduction", "abduction", "induction"}
   seeds = (REPO / "compassplay_jax" / "data" / "demo_seed" / "demo_seed_io.jsonl").read_text().splitlines()
   assert [b[0]["program"] for b in buffers["deduction"][:len(seeds)]] == [json.loads(l)["snippet"] for l in seeds]
-  assert json.loads((tmp_path / "summary.json").read_text())["steps"] == 2
+  assert json.loads((workdir / "summary.json").read_text())["steps"] == 2
 
 
 LEAN_STEPS = 2  # lean:tiny's own length
@@ -190,6 +209,7 @@ def _state_at(workdir, config, step):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("coding_tiny_runs")
 def test_kill_and_resume_is_bitwise_identical(coding_tiny_runs):
   """coding:tiny 2 steps straight (a Session) vs. the same config as a sweep cell killed -9 while step 2
   runs and resumed by the sweep (tests/shared_runs.py): same params, optimizer state, PRNG key and task
@@ -198,7 +218,7 @@ def test_kill_and_resume_is_bitwise_identical(coding_tiny_runs):
   cell = coding_tiny_runs.sweep / "compassplay_cos" / "seed_0"
   assert coding_tiny_runs.sweep_record["killed_at"] == 1, "the cell was not killed between its checkpoints"
   assert json.loads((cell / "summary.json").read_text())["resumed_from"] == 1, "step 2 was not resumed"
-  config = shared_runs.tiny_config()
+  config = shared_runs.shared_config()
   arrays_a, extra_a = _state_at(coding_tiny_runs.straight, config, 2)
   arrays_b, extra_b = _state_at(cell, config, 2)
   for a, b in zip(arrays_a, arrays_b, strict=True):

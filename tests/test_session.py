@@ -8,11 +8,12 @@ from tests import shared_runs
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("reward", ["compassplay_cos", "difficulty"])
+@pytest.mark.parametrize("reward", [pytest.param("compassplay_cos", marks=pytest.mark.xdist_group("coding_tiny_runs")),
+                                    "difficulty"])
 def test_steps_one_at_a_time_then_resume(tmp_path, request, reward):
   """Two steps through a Session, then a new Session on the workdir resumes for a third
-  (shared_runs.step_then_resume). compassplay_cos's is the shared straight run of coding:tiny, which
-  test_selfplay.py also compares bit for bit with the same config killed and resumed."""
+  (shared_runs.step_then_resume). compassplay_cos's is the shared straight run of coding:tiny (with the
+  KL term), which test_selfplay.py also compares bit for bit with the same config killed and resumed."""
   if reward == "compassplay_cos":
     runs = request.getfixturevalue("coding_tiny_runs")
     workdir, record = runs.straight, runs.session

@@ -73,6 +73,7 @@ def _lines(workdir):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("coding_tiny_runs")
 def test_tiny_sweep_killed_resumes_without_repeating_a_step_and_reports(coding_tiny_runs):
   """The shared sweep (tests/shared_runs.py: compassplay_cos,difficulty x seeds 0,1 of coding:tiny, killed
   -9 with its running cell once the first cell committed step 1, run again, and once more)."""

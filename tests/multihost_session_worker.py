@@ -9,7 +9,10 @@ writes process_<i>.json: the sandbox jobs and sampled requests this process ran 
 (its share). --corrupt: in the last step (STEPS) only, on process 1, one candidate's solve rate is
 moved by one sample after verification (as if one sandbox verdict differed there), so the processes
 disagree there; the steps before it run clean (the test resumes step 2 and stops at a corrupted step 3
-in one launch). Bad input and disagreement end with one line, as main does.
+in one launch). Step 1 packs the update's rows by length (coding:tiny's train.micro_batch_tokens,
+step._place_share), later steps train one padded batch (token budget 0, step._local_train_batch), so
+both ways of placing a process's rows run across processes. Bad input and disagreement end with one
+line, as main does.
 """
 import json
 import os
@@ -17,6 +20,14 @@ import pathlib
 import sys
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+# Shorter sequences than coding:tiny's (1024 prompt, 24 new, 256 reward-completion tokens): every pass
+# of the tiny model costs its 49,152-token vocabulary per position, so the reward passes' 256-column
+# rows (g_ref, cosines) and the decode steps were most of a step. Prompts keep their last 96 tokens
+# (the task and the scaffold the scripted coder continues), reward rows 128 columns, 8 decode steps:
+# the scripted answers (a few tokens) are unchanged, every candidate is still valid, in band and paid
+# by its cosine, and both runs (2 x 4 and 1 x 8 devices) see the same truncated rows.
+SHORT_SEQUENCES = {"sampling.max_prompt_tokens": 96, "sampling.max_new_tokens": 8, "reward.max_completion_tokens": 32}
 
 
 def main():
@@ -33,7 +44,8 @@ def main():
   from tests.test_selfplay import _config
 
   config = _config("coding:tiny", **{"steps": steps, "sandbox.num_workers": 1,
-                                     "compile_cache_dir": os.environ.get("COMPASSPLAY_TEST_COMPILE_CACHE", "")})
+                                     "compile_cache_dir": os.environ.get("COMPASSPLAY_TEST_COMPILE_CACHE", ""),
+                                     **SHORT_SEQUENCES})
   counts = {"sandbox_jobs": 0, "sampled_requests": 0}
   try:
     session = Session.create(config, workdir, sampler=ScriptedCoder())
@@ -68,6 +80,8 @@ def main():
     setting.verify = flipped_verify
   try:
     while session.step_count < steps:
+      if session.step_count >= 1:  # steps after the first: one padded batch (_local_train_batch's path)
+        session.update_options = dataclasses.replace(session.update_options, token_budget=0)
       session.step()
       (workdir / f"process_{jax.process_index()}.json").write_text(json.dumps(counts))
   except distributed.DistributedError as e:  # as main: one line, exit 2 (jax's exit barrier syncs hosts)

@@ -35,8 +35,11 @@ def _free_port() -> int:
 
 
 def _env(devices: int, **extra) -> dict:
+  # Every program goes to the persistent cache (not only those compiling for 1 s or more): the resumed
+  # launch then loads what the first one compiled (a cold cache in CI compiles each program once).
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-             JAX_DISABLE_MOST_OPTIMIZATIONS="1", PYTHONPATH=str(REPO))
+             JAX_DISABLE_MOST_OPTIMIZATIONS="1", JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+             PYTHONPATH=str(REPO))
   env.update(extra)
   return env
 

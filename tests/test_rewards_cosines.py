@@ -69,13 +69,16 @@ def _candidate_loss(params, graphdef, tokens, loss_mask, attention_mask):
 grad_one = jax.jit(jax.grad(_candidate_loss), static_argnums=1)
 
 
-def oracle(graphdef, params, g_ref, tokens, loss_mask, attention_mask):
-  """(cos, ip, sq, ref_sq) from per-candidate jax.grad, reduced in float64."""
+def oracle(graphdef, params, g_ref, tokens, loss_mask, attention_mask, known=None):
+  """(cos, ip, sq, ref_sq) from per-candidate jax.grad, reduced in float64. known: {row: its grad_one
+  gradient} already computed by the caller (not recomputed)."""
   r = leaves(g_ref)
   ref_sq = dot64(r, r)
   ips, sqs = [], []
   for i in range(tokens.shape[0]):
-    g = leaves(grad_one(params, graphdef, tokens[i:i + 1], loss_mask[i:i + 1], attention_mask[i:i + 1]))
+    g = (known or {}).get(i)
+    g = leaves(grad_one(params, graphdef, tokens[i:i + 1], loss_mask[i:i + 1], attention_mask[i:i + 1])
+               if g is None else g)
     ips.append(dot64(g, r))
     sqs.append(dot64(g, g))
   ips, sqs = np.array(ips), np.array(sqs)
@@ -148,11 +151,12 @@ def test_smollm2_matches_oracle(smollm2):
   loss_mask[:, :t - 8] = 0  # the last 8 tokens are the "solution"
   tokens, loss_mask, attn = map(jnp.asarray, (tokens, loss_mask, attn))
   # g_ref: the mean loss gradient of the first two candidates (what reference_gradient computes:
-  # tests/test_rewards_reference.py), by the oracle's compiled jax.grad: one 30-layer program fewer.
+  # tests/test_rewards_reference.py), by the oracle's compiled jax.grad: one 30-layer program fewer. The
+  # oracle reuses these two candidates' gradients, and the mean is taken in numpy (eager jnp compiles per leaf).
   g0, g1 = (grad_one(params, graphdef, tokens[i:i + 1], loss_mask[i:i + 1], attn[i:i + 1]) for i in (0, 1))
-  g_ref = jax.tree.map(lambda a, b: (a + b) / 2, g0, g1)
+  g_ref = jax.tree.map(lambda a, b: (np.asarray(a) + np.asarray(b)) / np.float32(2), g0, g1)
+  want = oracle(graphdef, params, g_ref, tokens, loss_mask, attn, known={0: g0, 1: g1})
   del g0, g1
-  want = oracle(graphdef, params, g_ref, tokens, loss_mask, attn)
   for method in ("direct", "fused"):
     # Raw statistics of a trained model carry fp32 noise of ~1e-5 in the oracle itself (1 - p with
     # p ~ 1 on confident tokens), so they get 2e-5; the cosines still meet 1e-5.

@@ -51,16 +51,20 @@ def save_tiny_hf_model(tmp_path: pathlib.Path, model_type: str, seed: int = 0, *
   return directory, model
 
 
-def left_padded_batch(vocab: int, lengths=(9, 5, 12), seed: int = 0):
-  """Token ids and mask for rows of different lengths, left-padded to the longest."""
-  rng = np.random.default_rng(seed)
-  t = max(lengths)
-  ids = np.zeros((len(lengths), t), np.int32)
-  mask = np.zeros((len(lengths), t), np.int32)
-  for r, n in enumerate(lengths):
-    ids[r, t - n:] = rng.integers(1, vocab, n)
-    mask[r, t - n:] = 1
+def left_pad(rows):
+  """(ids, mask) of token rows of different lengths, left-padded with 0 to the longest."""
+  width = max(map(len, rows))
+  ids = np.zeros((len(rows), width), np.int32)
+  mask = np.zeros((len(rows), width), np.int32)
+  for r, row in enumerate(rows):
+    ids[r, width - len(row):], mask[r, width - len(row):] = row, 1
   return ids, mask
+
+
+def left_padded_batch(vocab: int, lengths=(9, 5, 12), seed: int = 0):
+  """Random token ids and mask for rows of different lengths, left-padded to the longest."""
+  rng = np.random.default_rng(seed)
+  return left_pad([rng.integers(1, vocab, n) for n in lengths])
 
 
 def torch_logits(model, ids, mask):

@@ -11,7 +11,7 @@ from compassplay_jax.models.decoder import default_positions, init_decoder
 from compassplay_jax.models.loading import load_hf_model
 from compassplay_jax.sampling import SamplingConfig, generate
 from compassplay_jax.sampling import decode as decode_lib
-from tests.hf_fixtures import left_padded_batch, save_tiny_hf_model
+from tests.hf_fixtures import left_pad, left_padded_batch, save_tiny_hf_model
 
 torch = pytest.importorskip("torch")
 
@@ -85,12 +85,8 @@ def test_logprobs_match_full_forward(tiny):
   config = SamplingConfig(temperature=temp, top_k=5, top_p=0.9, max_new_tokens=10, n_samples=2, eos_ids=(3,),
                           bucket_lengths=(16,))
   res = generate(graphdef, params, None, PROMPTS, config, jax.random.key(3))
-  seqs = [np.concatenate([res.prompt_tokens[r], res.tokens[r]]) for r in range(len(res))]
-  width = max(map(len, seqs))
-  ids = np.zeros((len(seqs), width), np.int32)
-  mask = np.zeros((len(seqs), width), np.int32)
-  for r, seq in enumerate(seqs):
-    ids[r, width - len(seq):], mask[r, width - len(seq):] = seq, 1
+  ids, mask = left_pad([np.concatenate([res.prompt_tokens[r], res.tokens[r]]) for r in range(len(res))])
+  width = ids.shape[1]
   lp = np.asarray(jax.nn.log_softmax(_forward(graphdef, params, ids, mask) / temp, -1))
   for r, comp in enumerate(res.tokens):
     at = width - len(comp) - 1 + np.arange(len(comp))  # logits at t predict token t + 1

@@ -13,7 +13,7 @@ from compassplay_jax.sampling import SamplingConfig, batching, generate
 from compassplay_jax.sampling import slots as slots_lib
 from compassplay_jax.sampling.continuous import ContinuousEngine
 from compassplay_jax.sampling.engine import Request
-from tests.hf_fixtures import save_tiny_hf_model
+from tests.hf_fixtures import left_pad, save_tiny_hf_model
 
 torch = pytest.importorskip("torch")
 
@@ -111,12 +111,8 @@ def sampled(tiny):
 
 def test_logprobs_match_full_forward(sampled):
   graphdef, params, _, _, res = sampled
-  seqs = [np.concatenate([res.prompt_tokens[r], res.tokens[r]]) for r in range(len(res))]
-  width = max(map(len, seqs))
-  ids = np.zeros((len(seqs), width), np.int32)
-  mask = np.zeros((len(seqs), width), np.int32)
-  for r, seq in enumerate(seqs):
-    ids[r, width - len(seq):], mask[r, width - len(seq):] = seq, 1
+  ids, mask = left_pad([np.concatenate([res.prompt_tokens[r], res.tokens[r]]) for r in range(len(res))])
+  width = ids.shape[1]
   lp = np.asarray(_full_forward_logprobs(graphdef, params, ids, mask, SAMPLED.temperature))
   for r, comp in enumerate(res.tokens):
     at = width - len(comp) - 1 + np.arange(len(comp))  # logits at t predict token t + 1

@@ -4,6 +4,8 @@ import pathlib
 
 import pytest
 
+from tests import xla_env
+
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # A persistent compilation cache shared by the test processes (and their subprocesses): the same
@@ -13,6 +15,9 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1")
 # The suite's programs are tiny: XLA's optimisation passes cost more than they save (measured: 40% less
 # CPU for test_step + test_rl_train_step). Tests of compiled memory or speed opt back in.
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+# XLA:CPU's classic emitters: half the suite's CPU time went to compiling with the default (MLIR) ones
+# (tests/xla_env.py has the measurement). Processes that tests start get the same flags (xla_env.cpu_env).
+os.environ["XLA_FLAGS"] = xla_env.xla_flags(base=os.environ.get("XLA_FLAGS", ""))
 # The public data sets (docs/data.md). Tests set the data directory explicitly: $COMPASSPLAY_DATA if set,
 # else $COMPASSPLAY_SHARED_DATA, else the development machines' copy in ../shared/data beside the checkout.
 SHARED_DATA = pathlib.Path(os.environ.get("COMPASSPLAY_DATA") or os.environ.get("COMPASSPLAY_SHARED_DATA")

@@ -14,6 +14,7 @@ from compassplay_jax import data_checks
 from compassplay_jax.data import paths, sources
 from compassplay_jax.domains.coding.reference_set import resolve_path
 from compassplay_jax.evals import benchmarks
+from tests import xla_env
 from tests.conftest import SHARED_DATA
 from tests.main_in_process import run_main_output
 
@@ -208,7 +209,7 @@ def test_missing_benchmark_file_names_its_fetch_command(tmp_path):
 
 
 def test_backend_line_counts_the_devices():
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
+  env = xla_env.cpu_env(4)
   out = subprocess.run([sys.executable, "-c", "from compassplay_jax.backend import describe_backend as d; print(d())"],
                        env=env, capture_output=True, text=True, timeout=120)
   assert out.stdout.strip() == "backend cpu: 4 devices (4 x cpu)", out.stderr[-1000:]

@@ -13,13 +13,14 @@ later cases and the next run load what earlier ones compiled. Each case is repor
 child's JUnit XML), so a failure says which case on which mesh. By hand:
   XLA_FLAGS=--xla_force_host_platform_device_count=8 python -m pytest -q tests/sharding_cases.py ...
 """
-import os
 import pathlib
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
 import pytest
+
+from tests import xla_env
 
 
 # The multi-process tests use every core: kept on one xdist worker, one after another, never side
@@ -57,9 +58,9 @@ def case_results(junit_xml: pathlib.Path) -> dict[str, tuple[str, str]]:
 @pytest.mark.slow
 def test_all_eight_device_cases_in_one_process(tmp_path):
   junit = tmp_path / "cases.xml"
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=8",
-             # The SPMD partitioner still runs; this only skips the slow LLVM optimisation passes.
-             JAX_DISABLE_MOST_OPTIMIZATIONS="1", PYTHONPATH=str(REPO))
+  env = xla_env.cpu_env(8, PYTHONPATH=str(REPO),
+                        # The SPMD partitioner still runs; this only skips the slow LLVM optimisation passes.
+                        JAX_DISABLE_MOST_OPTIMIZATIONS="1")
   env.setdefault("JAX_COMPILATION_CACHE_DIR", str(REPO / ".jax_cache"))
   cmd = [sys.executable, "-m", "pytest", *CASES, "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-o", "addopts=",
          f"--junitxml={junit}", "--durations=15"]

@@ -11,7 +11,6 @@ step 2's train/loss matched the one-process run to the last digit (duplicated ro
 mean) and only the count failed: `assert g[name] == w[name], name` -> train/num_tokens, 70.0 == 35.0.
 """
 import json
-import os
 import pathlib
 import socket
 import subprocess
@@ -21,6 +20,8 @@ import jax
 import numpy as np
 import pytest
 from flax import nnx
+
+from tests import xla_env
 
 
 # The multi-process tests use every core: kept on one xdist worker, one after another, never side
@@ -40,11 +41,8 @@ def _free_port() -> int:
 def _env(devices: int, **extra) -> dict:
   # Every program goes to the persistent cache (not only those compiling for 1 s or more): the resumed
   # launch then loads what the first one compiled (a cold cache in CI compiles each program once).
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-             JAX_DISABLE_MOST_OPTIMIZATIONS="1", JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-             PYTHONPATH=str(REPO))
-  env.update(extra)
-  return env
+  return xla_env.cpu_env(devices, JAX_DISABLE_MOST_OPTIMIZATIONS="1", JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                         PYTHONPATH=str(REPO), **extra)
 
 
 def _two_processes(workdir, steps: int, *flags, expect_rc: int = 0):

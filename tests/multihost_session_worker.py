@@ -21,14 +21,6 @@ import sys
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-# Shorter sequences than coding:tiny's (1024 prompt, 24 new, 256 reward-completion tokens): every pass
-# of the tiny model costs its 49,152-token vocabulary per position, so the reward passes' 256-column
-# rows (g_ref, cosines) and the decode steps were most of a step. Prompts keep their last 96 tokens
-# (the task and the scaffold the scripted coder continues), reward rows 128 columns, 8 decode steps:
-# the scripted answers (a few tokens) are unchanged, every candidate is still valid, in band and paid
-# by its cosine, and both runs (2 x 4 and 1 x 8 devices) see the same truncated rows.
-SHORT_SEQUENCES = {"sampling.max_prompt_tokens": 96, "sampling.max_new_tokens": 8, "reward.max_completion_tokens": 32}
-
 
 def main():
   workdir, steps = pathlib.Path(sys.argv[1]), int(sys.argv[2])
@@ -40,7 +32,7 @@ def main():
   from compassplay_jax import distributed
   from compassplay_jax.errors import user_error_line
   from compassplay_jax.selfplay.session import Session
-  from tests.scripted_coder import ScriptedCoder
+  from tests.scripted_coder import SHORT_SEQUENCES, ScriptedCoder
   from tests.test_selfplay import _config
 
   config = _config("coding:tiny", **{"steps": steps, "sandbox.num_workers": 1,

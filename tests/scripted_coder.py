@@ -11,6 +11,14 @@ import numpy as np
 from compassplay_jax.sampling.generate import GenerationResult
 from compassplay_jax.selfplay import rollout
 
+# Shorter sequences than coding:tiny's (1024 prompt, 24 new, 256 reward-completion tokens): every pass
+# of the tiny model costs its 49,152-token vocabulary per position, so the reward passes' 256-column
+# rows (g_ref, cosines) and the decode steps were most of a step. Prompts keep their last 96 tokens
+# (the task and the scaffold the scripted coder continues), reward rows 128 columns, 8 decode steps:
+# the scripted answers (a few tokens) are unchanged, every candidate is still valid, in band and paid
+# by its cosine, and the runs compared (meshes, processes) see the same truncated rows.
+SHORT_SEQUENCES = {"sampling.max_prompt_tokens": 96, "sampling.max_new_tokens": 8, "reward.max_completion_tokens": 32}
+
 PROGRAMS = {"x * 2": "3", "x + 5": "4", "x - 7": "9", "x * x": "2"}  # one-line body -> its input
 
 

@@ -32,7 +32,7 @@ from compassplay_jax.selfplay import alignment  # noqa: E402
 from compassplay_jax.selfplay import step as step_lib  # noqa: E402
 from compassplay_jax.selfplay.coding import CodingSelfPlay  # noqa: E402
 from compassplay_jax.verifiers.sandbox import SandboxPool  # noqa: E402
-from tests.scripted_coder import ScriptedCoder  # noqa: E402
+from tests.scripted_coder import SHORT_SEQUENCES, ScriptedCoder  # noqa: E402
 from tests.test_selfplay import _config  # noqa: E402
 
 if jax.device_count() != 8:
@@ -44,7 +44,7 @@ TOL = dict(rtol=1e-5, atol=1e-5)
 
 @pytest.fixture(scope="module")
 def setup():
-  config = _config("coding:tiny")
+  config = _config("coding:tiny", **SHORT_SEQUENCES)
   model, tokenizer = build_model(config)
   graphdef, params = nnx.split(model)
   pool = SandboxPool(num_workers=2)

@@ -17,6 +17,7 @@ import numpy as np
 from flax import nnx
 
 from compassplay_jax.errors import InputNotFound
+from compassplay_jax.models import gguf_metadata
 from compassplay_jax.models.config import ModelConfig
 from compassplay_jax.models.safetensors_io import CheckpointError
 from compassplay_jax.models.weights import build_state, expected_leaves, map_name
@@ -72,12 +73,13 @@ def _parsed_reader(resolved: str, mtime_ns: int, size: int):
 
 
 def _field(reader, key, path, default=None):
-  field = reader.fields.get(key)
+  """A metadata value from a GGUFReader or from gguf_metadata.read_metadata's dict."""
+  field = reader.get(key) if isinstance(reader, dict) else reader.fields.get(key)
   if field is None:
     if default is not None:
       return default
     raise CheckpointError(f"{path}: missing GGUF metadata key {key!r}")
-  return field.contents()
+  return field if isinstance(reader, dict) else field.contents()
 
 
 def gguf_config(reader, path: pathlib.Path, **overrides) -> ModelConfig:
@@ -188,7 +190,7 @@ def _gguf_tokenizer_spec(resolved: str, mtime_ns: int, size: int) -> tuple[str, 
   del mtime_ns, size  # part of the cache key only
   from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
   path = pathlib.Path(resolved)
-  reader = _reader(path)
+  reader = gguf_metadata.read_metadata(path)  # the metadata alone: GGUFReader maps every tensor too (seconds)
   kind = _field(reader, "tokenizer.ggml.model", path)
   if kind != "gpt2":
     raise CheckpointError(f"{path}: tokenizer type {kind!r} (key 'tokenizer.ggml.model') is not supported; "

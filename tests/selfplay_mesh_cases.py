@@ -133,7 +133,9 @@ def test_main_on_a_2x2x2_mesh_matches_one_device(tmp_path, monkeypatch, capsys):
   from compassplay_jax import main as main_lib
   from compassplay_jax.selfplay.run import run
   # Both runs pad rows to one shape (packing by length is a single-device path; test_bucketed_update.py).
-  config = _config("coding:tiny", **{"steps": 1, "train.micro_batch_size": 4, "train.micro_batch_tokens": 0})
+  # The scripted coder's short sequences (shorter passes over the 49k vocabulary), in both runs.
+  config = _config("coding:tiny", **{"steps": 1, "train.micro_batch_size": 4, "train.micro_batch_tokens": 0,
+                                     **SHORT_SEQUENCES})
   with monkeypatch.context() as patch:
     # The one-device run: its mesh (config.mesh resolves to (1, 1, 1)) on this process's first device.
     real_make_mesh = sh.make_mesh
@@ -144,7 +146,8 @@ def test_main_on_a_2x2x2_mesh_matches_one_device(tmp_path, monkeypatch, capsys):
   monkeypatch.setattr(sys, "argv", [
       "compassplay_jax.main", "--config=configs/coding.py:tiny", "--config.steps=1",
       "--config.train.micro_batch_size=4", "--config.mesh.data=2", "--config.mesh.fsdp=2",
-      "--config.mesh.tensor=2", f"--workdir={tmp_path / 'mesh'}"])
+      "--config.mesh.tensor=2", *[f"--config.{k}={v}" for k, v in SHORT_SEQUENCES.items()],
+      f"--workdir={tmp_path / 'mesh'}"])
   with pytest.raises(SystemExit) as exit_info:  # absl's app.run ends with sys.exit(main's result)
     main_lib.entry()
   out, err = capsys.readouterr()

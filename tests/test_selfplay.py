@@ -128,6 +128,7 @@ def lean_tiny_runs(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("lean_tiny_runs")  # one worker makes the runs; no other waits on the lock
 def test_lean_tiny_two_iterations_with_stand_in_repl(lean_tiny_runs):
   straight, _ = lean_tiny_runs
   config = _config("lean:tiny", **_lean_overrides())
@@ -238,6 +239,7 @@ _MACHINE_METRICS = ("time", "cost/", "compile/", "tokens_per_s", "overlap")
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("lean_tiny_runs")  # one worker makes the runs; no other waits on the lock
 def test_lean_kill_and_resume_keeps_seed_pool_and_coverage(lean_tiny_runs):
   """Lean: 2 iterations straight vs. 1, kill -9 (during iteration 2), resume to 2: params, optimizer
   state, PRNG key, seed pool (verified proofs), coverage (first-solved iterations, curve) and the

@@ -9,7 +9,7 @@ import os
 import sys
 
 os.environ["JAX_PLATFORMS"] = "cpu"
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip()
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")  # the test passes xla_env.cpu_env(4)
 
 from compassplay_jax import distributed  # noqa: E402
 

@@ -1,6 +1,5 @@
 """Multi-host on one machine: two processes with 4 CPU devices each join through jax.distributed."""
 import json
-import os
 import pathlib
 import socket
 import subprocess
@@ -10,6 +9,7 @@ import numpy as np
 import pytest
 
 from compassplay_jax import distributed
+from tests import xla_env
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -50,8 +50,9 @@ def test_two_processes_share_a_batch_and_only_process_0_writes(tmp_path):
   port = free_port()
   procs = []
   for pid in range(2):
-    env = dict(os.environ, PYTHONPATH=str(REPO), COMPASSPLAY_COORDINATOR_ADDRESS=f"localhost:{port}",
-               COMPASSPLAY_NUM_PROCESSES="2", COMPASSPLAY_PROCESS_ID=str(pid), COMPASSPLAY_DISTRIBUTED_TIMEOUT="120")
+    env = xla_env.cpu_env(4, PYTHONPATH=str(REPO), COMPASSPLAY_COORDINATOR_ADDRESS=f"localhost:{port}",
+                          COMPASSPLAY_NUM_PROCESSES="2", COMPASSPLAY_PROCESS_ID=str(pid),
+                          COMPASSPLAY_DISTRIBUTED_TIMEOUT="120")
     procs.append(subprocess.Popen([sys.executable, str(REPO / "tests" / "multihost_worker.py"), str(tmp_path)],
                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
   outs = []

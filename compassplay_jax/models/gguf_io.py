@@ -53,9 +53,8 @@ def embedded_gguf_path() -> pathlib.Path:
 
 
 def _reader(path: pathlib.Path):
-  """The file's GGUFReader (read-only, memory-mapped), parsed once per file version: parsing the
-  metadata (a 49k-token vocabulary) costs seconds, and a model load reads it for the weights and
-  again for the tokenizer."""
+  """The file's GGUFReader (read-only, memory-mapped) for its tensors, parsed once per file version:
+  the reader also parses the metadata (a 49k-token vocabulary), which costs seconds per load."""
   if not path.is_file():
     raise InputNotFound(f"{path}: no such GGUF file")
   stat = path.stat()
@@ -72,41 +71,41 @@ def _parsed_reader(resolved: str, mtime_ns: int, size: int):
     raise CheckpointError(f"{resolved}: not a readable GGUF file ({type(e).__name__}: {e})") from None
 
 
-def _field(reader, key, path, default=None):
-  """A metadata value from a GGUFReader or from gguf_metadata.read_metadata's dict."""
-  field = reader.get(key) if isinstance(reader, dict) else reader.fields.get(key)
-  if field is None:
+def _field(metadata: dict, key, path, default=None):
+  """metadata[key] (gguf_metadata.read_metadata's dict), `default` if given, else a one-line error."""
+  value = metadata.get(key)
+  if value is None:
     if default is not None:
       return default
     raise CheckpointError(f"{path}: missing GGUF metadata key {key!r}")
-  return field if isinstance(reader, dict) else field.contents()
+  return value
 
 
-def gguf_config(reader, path: pathlib.Path, **overrides) -> ModelConfig:
-  arch = _field(reader, "general.architecture", path)
+def gguf_config(metadata: dict, tensor_names: set[str], path: pathlib.Path, **overrides) -> ModelConfig:
+  """The model config from the file's metadata (gguf_metadata.read_metadata) and its tensor names."""
+  arch = _field(metadata, "general.architecture", path)
   if arch not in SUPPORTED_ARCHITECTURES:
     raise CheckpointError(f"{path}: GGUF architecture {arch!r} (key 'general.architecture') is not supported "
                           f"(supported: {SUPPORTED_ARCHITECTURES})")
-  names = {t.name for t in reader.tensors}
-  heads = int(_field(reader, f"{arch}.attention.head_count", path))
-  hidden = int(_field(reader, f"{arch}.embedding_length", path))
-  vocab = _field(reader, f"{arch}.vocab_size", path, default=-1)
+  heads = int(_field(metadata, f"{arch}.attention.head_count", path))
+  hidden = int(_field(metadata, f"{arch}.embedding_length", path))
+  vocab = _field(metadata, f"{arch}.vocab_size", path, default=-1)
   if vocab == -1:
-    vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+    vocab = len(_field(metadata, "tokenizer.ggml.tokens", path))
   kwargs = dict(
       model_type=arch,
       vocab_size=int(vocab),
       hidden_size=hidden,
-      intermediate_size=int(_field(reader, f"{arch}.feed_forward_length", path)),
-      num_hidden_layers=int(_field(reader, f"{arch}.block_count", path)),
+      intermediate_size=int(_field(metadata, f"{arch}.feed_forward_length", path)),
+      num_hidden_layers=int(_field(metadata, f"{arch}.block_count", path)),
       num_attention_heads=heads,
-      num_key_value_heads=int(_field(reader, f"{arch}.attention.head_count_kv", path, default=heads)),
-      head_dim=int(_field(reader, f"{arch}.rope.dimension_count", path, default=hidden // heads)),
-      rms_norm_eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon", path)),
-      max_position_embeddings=int(_field(reader, f"{arch}.context_length", path)),
-      rope_theta=float(_field(reader, f"{arch}.rope.freq_base", path, default=10000.0)),
-      attention_bias="blk.0.attn_q.bias" in names,
-      tie_word_embeddings="output.weight" not in names,
+      num_key_value_heads=int(_field(metadata, f"{arch}.attention.head_count_kv", path, default=heads)),
+      head_dim=int(_field(metadata, f"{arch}.rope.dimension_count", path, default=hidden // heads)),
+      rms_norm_eps=float(_field(metadata, f"{arch}.attention.layer_norm_rms_epsilon", path)),
+      max_position_embeddings=int(_field(metadata, f"{arch}.context_length", path)),
+      rope_theta=float(_field(metadata, f"{arch}.rope.freq_base", path, default=10000.0)),
+      attention_bias="blk.0.attn_q.bias" in tensor_names,
+      tie_word_embeddings="output.weight" not in tensor_names,
   )
   kwargs.update(overrides)
   return ModelConfig(**kwargs)
@@ -124,7 +123,7 @@ def load_gguf_model(path: str | pathlib.Path, shardings=None, **overrides):
   import gguf
   path = pathlib.Path(path)
   reader = _reader(path)
-  cfg = gguf_config(reader, path, **overrides)
+  cfg = gguf_config(gguf_metadata.read_metadata(path), {t.name for t in reader.tensors}, path, **overrides)
   graphdef, abstract_state, expected = expected_leaves(cfg)
   values = {}
   for t in reader.tensors:
@@ -190,20 +189,20 @@ def _gguf_tokenizer_spec(resolved: str, mtime_ns: int, size: int) -> tuple[str, 
   del mtime_ns, size  # part of the cache key only
   from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
   path = pathlib.Path(resolved)
-  reader = gguf_metadata.read_metadata(path)  # the metadata alone: GGUFReader maps every tensor too (seconds)
-  kind = _field(reader, "tokenizer.ggml.model", path)
+  metadata = gguf_metadata.read_metadata(path)  # the metadata alone: GGUFReader's parse takes seconds
+  kind = _field(metadata, "tokenizer.ggml.model", path)
   if kind != "gpt2":
     raise CheckpointError(f"{path}: tokenizer type {kind!r} (key 'tokenizer.ggml.model') is not supported; "
                           f"only byte-level BPE ('gpt2') is")
-  tokens = _field(reader, "tokenizer.ggml.tokens", path)
-  token_types = _field(reader, "tokenizer.ggml.token_type", path, default=[1] * len(tokens))
-  merges = [tuple(m.split(" ")) for m in _field(reader, "tokenizer.ggml.merges", path)]
+  tokens = _field(metadata, "tokenizer.ggml.tokens", path)
+  token_types = _field(metadata, "tokenizer.ggml.token_type", path, default=[1] * len(tokens))
+  merges = [tuple(m.split(" ")) for m in _field(metadata, "tokenizer.ggml.merges", path)]
   alphabet = _bytes_to_unicode()
   letters = set(alphabet.values())
   vocab = {tok if set(tok) <= letters else "".join(alphabet[b] for b in tok.encode()): i
            for i, tok in enumerate(tokens)}
   backend = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
-  pre = _field(reader, "tokenizer.ggml.pre", path, default="default")
+  pre = _field(metadata, "tokenizer.ggml.pre", path, default="default")
   byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
   backend.pre_tokenizer = (pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
                            if _SPLIT_DIGITS.get(pre, False) else byte_level)
@@ -214,10 +213,10 @@ def _gguf_tokenizer_spec(resolved: str, mtime_ns: int, size: int) -> tuple[str, 
                       for t, kind_id in zip(tokens, token_types) if kind_id == 4])
 
   def special(key):
-    index = _field(reader, f"tokenizer.ggml.{key}", path, default=-1)
+    index = _field(metadata, f"tokenizer.ggml.{key}", path, default=-1)
     return tokens[int(index)] if index != -1 else None
 
   specials = (("bos_token", special("bos_token_id")), ("eos_token", special("eos_token_id")),
               ("unk_token", special("unknown_token_id")), ("pad_token", special("padding_token_id")),
-              ("chat_template", _field(reader, "tokenizer.chat_template", path, default="") or None))
+              ("chat_template", _field(metadata, "tokenizer.chat_template", path, default="") or None))
   return backend.to_str(), specials

@@ -3,7 +3,7 @@
 The tokenizer needs only the metadata, but `gguf.GGUFReader` also maps every tensor and builds a
 numpy view per array element: 3 s for SmolLM2's 49k tokens and 49k merges, paid by every process
 that loads the embedded tokenizer (the main job, each sweep cell, each test subprocess). Read here
-with `struct` and numpy from a memory map: 0.2 s. Layout (GGUF v2/v3, little-endian): magic "GGUF", u32 version,
+with `struct` and numpy from a memory map: 0.08 s. Layout (GGUF v2/v3, little-endian): magic "GGUF", u32 version,
 u64 tensor count, u64 key/value count, then per pair a string key, a u32 value type and the value;
 strings are a u64 byte length and UTF-8 bytes; arrays a u32 element type, a u64 count and the
 elements. https://github.com/ggml-org/ggml/blob/master/docs/gguf.md

@@ -10,9 +10,13 @@ from compassplay_jax.models.decoder import init_decoder
 from compassplay_jax.rewards.cosines import COSINE_STATIC_ARGNAMES, gradient_cosines
 from compassplay_jax.rewards.losses import per_sequence_loss
 from compassplay_jax.rewards.reference import reference_gradient_jit
+from tests import xla_env
 
 TOL = 1e-5
 cosines_jit = jax.jit(gradient_cosines, static_argnames=COSINE_STATIC_ARGNAMES)
+# SmolLM2's 30 unrolled layers compile faster with XLA:CPU's default emitters than with the tests' classic ones.
+cosines_jit_deep = jax.jit(gradient_cosines, static_argnames=COSINE_STATIC_ARGNAMES,
+                           compiler_options=xla_env.DEEP_MODEL_COMPILER_OPTIONS)
 
 
 def tiny_model(model_type="qwen2", tied=False, remat=False, bias=None, seed=0, vocab=97, layers=1):
@@ -67,9 +71,10 @@ def _candidate_loss(params, graphdef, tokens, loss_mask, attention_mask):
 
 # One candidate's gradient by plain jax.grad; compiled once per model and row shape.
 grad_one = jax.jit(jax.grad(_candidate_loss), static_argnums=1)
+grad_one_deep = jax.jit(jax.grad(_candidate_loss), static_argnums=1, compiler_options=xla_env.DEEP_MODEL_COMPILER_OPTIONS)
 
 
-def oracle(graphdef, params, g_ref, tokens, loss_mask, attention_mask, known=None):
+def oracle(graphdef, params, g_ref, tokens, loss_mask, attention_mask, known=None, grad_fn=grad_one):
   """(cos, ip, sq, ref_sq) from per-candidate jax.grad, reduced in float64. known: {row: its grad_one
   gradient} already computed by the caller (not recomputed)."""
   r = leaves(g_ref)
@@ -77,7 +82,7 @@ def oracle(graphdef, params, g_ref, tokens, loss_mask, attention_mask, known=Non
   ips, sqs = [], []
   for i in range(tokens.shape[0]):
     g = (known or {}).get(i)
-    g = leaves(grad_one(params, graphdef, tokens[i:i + 1], loss_mask[i:i + 1], attention_mask[i:i + 1])
+    g = leaves(grad_fn(params, graphdef, tokens[i:i + 1], loss_mask[i:i + 1], attention_mask[i:i + 1])
                if g is None else g)
     ips.append(dot64(g, r))
     sqs.append(dot64(g, g))
@@ -96,8 +101,8 @@ def assert_matches(res, want, raw_rtol=TOL):
   np.testing.assert_allclose(res.ref_sq_norm, ref_sq, rtol=TOL)
 
 
-def run(graphdef, params, g_ref, data, method, chunk_size=4, norm_mode="auto", micro_batch=None):
-  return cosines_jit(graphdef, params, g_ref, *data, method=method, chunk_size=chunk_size, norm_mode=norm_mode,
+def run(graphdef, params, g_ref, data, method, chunk_size=4, norm_mode="auto", micro_batch=None, jitted=cosines_jit):
+  return jitted(graphdef, params, g_ref, *data, method=method, chunk_size=chunk_size, norm_mode=norm_mode,
                      micro_batch=micro_batch)
 
 
@@ -153,12 +158,13 @@ def test_smollm2_matches_oracle(smollm2):
   # g_ref: the mean loss gradient of the first two candidates (what reference_gradient computes:
   # tests/test_rewards_reference.py), by the oracle's compiled jax.grad: one 30-layer program fewer. The
   # oracle reuses these two candidates' gradients, and the mean is taken in numpy (eager jnp compiles per leaf).
-  g0, g1 = (grad_one(params, graphdef, tokens[i:i + 1], loss_mask[i:i + 1], attn[i:i + 1]) for i in (0, 1))
+  g0, g1 = (grad_one_deep(params, graphdef, tokens[i:i + 1], loss_mask[i:i + 1], attn[i:i + 1]) for i in (0, 1))
   g_ref = jax.tree.map(lambda a, b: (np.asarray(a) + np.asarray(b)) / np.float32(2), g0, g1)
-  want = oracle(graphdef, params, g_ref, tokens, loss_mask, attn, known={0: g0, 1: g1})
+  want = oracle(graphdef, params, g_ref, tokens, loss_mask, attn, known={0: g0, 1: g1}, grad_fn=grad_one_deep)
   del g0, g1
   for method in ("direct", "fused"):
     # Raw statistics of a trained model carry fp32 noise of ~1e-5 in the oracle itself (1 - p with
     # p ~ 1 on confident tokens), so they get 2e-5; the cosines still meet 1e-5.
-    assert_matches(run(graphdef, params, g_ref, (tokens, loss_mask, attn), method, chunk_size=2), want,
+    assert_matches(run(graphdef, params, g_ref, (tokens, loss_mask, attn), method, chunk_size=2, jitted=cosines_jit_deep),
+                   want,
                    raw_rtol=2e-5)

@@ -11,6 +11,9 @@ test_sampling + test_rl_train_step + test_step 59 -> 53 CPU-s; no change on 8 de
 import os
 
 TEST_XLA_FLAGS = ("--xla_cpu_use_fusion_emitters=false", "--xla_cpu_parallel_codegen_split_count=1")
+# For the programs of a deep model (SmolLM2's 30 unrolled layers) the classic emitters are the slower ones:
+# `jax.jit(..., compiler_options=DEEP_MODEL_COMPILER_OPTIONS)` compiles one program with XLA's defaults.
+DEEP_MODEL_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": True}
 
 
 def xla_flags(devices: int | None = None, base: str = "") -> str:

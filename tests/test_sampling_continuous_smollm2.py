@@ -14,6 +14,10 @@ from tests.test_sampling_smollm2 import _spanning_stop
 
 torch = pytest.importorskip("torch")
 
+# The tests that build transformers' copy of our SmolLM2 weights (conftest.smollm2_torch_copy) run on one
+# xdist worker: the copy and torch are made once, not once per worker.
+pytestmark = pytest.mark.xdist_group("smollm2_torch_copy")
+
 QUESTIONS = ["Write a Python function that adds two numbers.", "What is the capital of France?",
              "Name three colours.", "Explain what a list is in Python.", "Say hi."]
 BUDGETS = [28, 20, 9, 24, 14]

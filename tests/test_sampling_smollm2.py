@@ -10,6 +10,10 @@ from compassplay_jax.sampling.stops import StopFinder
 
 torch = pytest.importorskip("torch")
 
+# The tests that build transformers' copy of our SmolLM2 weights (conftest.smollm2_torch_copy) run on one
+# xdist worker: the copy and torch are made once, not once per worker.
+pytestmark = pytest.mark.xdist_group("smollm2_torch_copy")
+
 QUESTIONS = ["Write a Python function that adds two numbers.", "What is the capital of France?"]
 STEPS = 40
 

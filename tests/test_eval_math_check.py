@@ -81,14 +81,22 @@ def test_fixture_oracle_and_corruption(checker, name):
   assert checker.check_batch(list(zip(golds, wrong))) == [False] * len(golds)
 
 
+def _each_distinct_pair_once(checker, pairs):
+  """The checker's verdict for every pair, asking it once per distinct pair: a verdict is a function of
+  the pair, and about half of the gold answers repeat (1,484 distinct of 2,866; GSM8K: 351 of 1,319)."""
+  distinct = list(dict.fromkeys(pairs))
+  verdict = dict(zip(distinct, checker.verdicts(distinct)))
+  return [verdict[pair] for pair in pairs]
+
+
 @pytest.mark.slow
 def test_full_file_oracle_and_corruption(shared_data, checker):
   """Every gold answer of every math file verifies against itself; a different item's answer does not."""
   for name in MATH_SETS:
     golds = [item.answer for item in benchmarks.load_benchmark(name, shared_data)]
     oracle = [prompts.extract_math_answer(_as_completion(g)) for g in golds]
-    verdicts = checker.verdicts(list(zip(golds, oracle)))
+    verdicts = _each_distinct_pair_once(checker, list(zip(golds, oracle)))
     assert [g for g, v in zip(golds, verdicts) if v != "correct"] == [], name
     wrong = [prompts.extract_math_answer(_as_completion(g)) for g in _corrupted(golds)]
-    verdicts = checker.verdicts(list(zip(golds, wrong)))
+    verdicts = _each_distinct_pair_once(checker, list(zip(golds, wrong)))
     assert [(g, w) for g, w, v in zip(golds, wrong, verdicts) if v == "correct"] == [], name

@@ -188,10 +188,17 @@ def allgather_objects(obj) -> list:
   from jax.experimental import multihost_utils
   data = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
   sizes = np.asarray(multihost_utils.process_allgather(np.asarray([data.size], np.int64))).reshape(-1)
-  buffer = np.zeros((int(sizes.max()),), np.uint8)
+  buffer = np.zeros((exchange_buffer_size(int(sizes.max())),), np.uint8)
   buffer[:data.size] = data
   gathered = np.asarray(multihost_utils.process_allgather(buffer)).reshape(len(sizes), -1)
   return [pickle.loads(gathered[p, :sizes[p]].tobytes()) for p in range(len(sizes))]
+
+
+def exchange_buffer_size(largest: int) -> int:
+  """Bytes an allgather_objects buffer carries when its largest object has `largest` bytes: the next
+  power of two, at least 256. Each buffer size is one compiled all-gather, so a run's exchanges (records,
+  fingerprints, verdicts, whose sizes change every step) compile a handful of programs, not one per size."""
+  return max(256, 1 << (max(largest, 1) - 1).bit_length())
 
 
 def gather_shares(local: list, shares: Shares) -> list:

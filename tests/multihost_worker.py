@@ -46,9 +46,24 @@ def main():
   grad_norm = jnp.sqrt(sum(jnp.vdot(g, g) for g in jax.tree.leaves(grads)))
   distributed.log_metrics(os.path.join(workdir, "metrics.jsonl"), 1, {"loss": loss, "grad_norm": grad_norm})
   wrote = distributed.write_json(os.path.join(workdir, "summary.json"), {"rows0": rows.tolist()})
+  loss_value = float(distributed.to_host(loss))
+  # Objects of 12 different sizes exchanged between the processes, counting the programs compiled meanwhile.
+  compiles = []
+  jax.monitoring.register_event_duration_secs_listener(
+      lambda name, seconds, **_: compiles.append(name) if name == "/jax/core/compile/backend_compile_duration" else None)
+  exchanged = [distributed.allgather_objects(exchanged_text(i, jax.process_index())) for i in range(EXCHANGES)]
   # Every process reports what it saw, to its own file (the test checks the split and who wrote).
   with open(os.path.join(workdir, f"process{jax.process_index()}.json"), "w") as f:
-    json.dump({"rows": rows.tolist(), "wrote": wrote, "loss": float(distributed.to_host(loss))}, f)
+    json.dump({"rows": rows.tolist(), "wrote": wrote, "loss": loss_value, "exchanged": exchanged,
+               "exchange_compiles": len(compiles)}, f)
+
+
+EXCHANGES = 12
+
+
+def exchanged_text(i: int, process: int) -> str:
+  """What process `process` sends in exchange i: 300 to 712 characters, a different length each time."""
+  return f"{i}:{process}:" + "x" * (300 + 37 * i + 5 * process)
 
 
 if __name__ == "__main__":

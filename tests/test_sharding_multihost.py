@@ -38,6 +38,14 @@ def test_config_from_env():
     distributed.initialize({"coordinator_address": "h:1"})
 
 
+def test_exchange_buffers_come_in_powers_of_two():
+  sizes = [distributed.exchange_buffer_size(n) for n in range(1, 5000)]
+  for n, size in enumerate(sizes, start=1):
+    assert size >= max(n, 256) and size & (size - 1) == 0, (n, size)  # holds n; a power of two
+    assert size == 256 or size < 2 * n, (n, size)  # and the smallest such
+  assert sorted(set(sizes)) == [256, 512, 1024, 2048, 4096, 8192]
+
+
 def test_process_zero_writes(tmp_path):
   import jax.numpy as jnp
   assert distributed.write_json(tmp_path / "a" / "s.json", {"x": 1})
@@ -87,3 +95,11 @@ def test_two_processes_share_a_batch_and_only_process_0_writes(tmp_path):
   want = float(jnp.mean(per_sequence_loss(graphdef, params, tokens, np.ones_like(tokens))))
   np.testing.assert_allclose(metrics["loss"], want, rtol=1e-5)
   np.testing.assert_allclose([s["loss"] for s in seen], [want, want], rtol=1e-5)
+
+  # distributed.allgather_objects: every process gets every process's object, in process order; the 12
+  # exchanges (pickles of ~300 to ~730 bytes) pad their buffers to two sizes (512, 1024 bytes), so they
+  # compile the length exchange and two all-gathers, not one program per size.
+  from tests.multihost_worker import EXCHANGES, exchanged_text
+  want_exchanged = [[exchanged_text(i, 0), exchanged_text(i, 1)] for i in range(EXCHANGES)]
+  assert [s["exchanged"] for s in seen] == [want_exchanged, want_exchanged]
+  assert [s["exchange_compiles"] for s in seen] == [3, 3]

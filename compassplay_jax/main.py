@@ -34,8 +34,9 @@ def main(argv):
   config = _CONFIG.value
   if config is None:
     raise app.UsageError("--config is required, e.g. --config=configs/coding.py:demo")
-  from compassplay_jax import logging_setup
+  from compassplay_jax import gc_policy, logging_setup
   logging_setup.configure(verbosity_flag_present=flags.FLAGS["verbosity"].present)
+  gc_policy.defer_full_collections()
   from compassplay_jax.selfplay.run import run  # heavy imports after flag parsing
   run(config, workdir_for(config))
 

@@ -4,6 +4,7 @@ import pathlib
 
 import pytest
 
+from compassplay_jax import gc_policy
 from tests import xla_env
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -18,6 +19,9 @@ os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 # XLA:CPU's classic emitters: half the suite's CPU time went to compiling with the default (MLIR) ones
 # (tests/xla_env.py has the measurement). Processes that tests start get the same flags (xla_env.cpu_env).
 os.environ["XLA_FLAGS"] = xla_env.xla_flags(base=os.environ.get("XLA_FLAGS", ""))
+# Full garbage collections 100x rarer, as in the main command: in a full cold suite they took ~70 of
+# ~920 logged CPU-s, most of it in the pytest workers and the 8-device child (docs/testing.md).
+gc_policy.defer_full_collections()
 # The public data sets (docs/data.md). Tests set the data directory explicitly: $COMPASSPLAY_DATA if set,
 # else $COMPASSPLAY_SHARED_DATA, else the development machines' copy in ../shared/data beside the checkout.
 SHARED_DATA = pathlib.Path(os.environ.get("COMPASSPLAY_DATA") or os.environ.get("COMPASSPLAY_SHARED_DATA")

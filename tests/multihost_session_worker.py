@@ -29,7 +29,7 @@ def main():
 
   import jax
 
-  from compassplay_jax import distributed
+  from compassplay_jax import distributed, gc_policy
   from compassplay_jax.errors import user_error_line
   from compassplay_jax.selfplay.session import Session
   from tests.scripted_coder import SHORT_SEQUENCES, ScriptedCoder
@@ -38,6 +38,7 @@ def main():
   config = _config("coding:tiny", **{"steps": steps, "sandbox.num_workers": 1,
                                      "compile_cache_dir": os.environ.get("COMPASSPLAY_TEST_COMPILE_CACHE", ""),
                                      **SHORT_SEQUENCES})
+  gc_policy.defer_full_collections()  # as the main command does
   counts = {"sandbox_jobs": 0, "sampled_requests": 0}
   try:
     session = Session.create(config, workdir, sampler=ScriptedCoder())

@@ -36,6 +36,7 @@ FORBIDDEN = {
     "verifiers": {"selfplay", "domains", "evals"},
     "config_base.py": {"selfplay", "domains", "evals"},
     "errors.py": {"*"},
+    "gc_policy.py": {"*"},
     "jsonl.py": {"selfplay", "domains", "evals", "rl", "rewards", "sampling", "engine", "models", "sharding"},
     "model_setup.py": {"selfplay", "domains", "evals"},
     "evaluate.py": {"selfplay"},

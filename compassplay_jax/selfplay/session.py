@@ -81,7 +81,7 @@ class Session:
       ref_params = engine.place_params(jax.tree.map(jnp.copy, params)) if config.train.kl_coef > 0 else None
       params, opt_state = engine.init_train_state(params)
       manager = CheckpointManager(workdir / "checkpoints", keep=config.checkpoint.keep,
-                                  save_every=config.checkpoint.every_steps)
+                                  save_every=config.checkpoint.every_steps, async_save=config.checkpoint.async_save)
       key = jax.random.key(config.seed)
       start = 0
       if manager.latest_step() is not None:

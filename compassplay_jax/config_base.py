@@ -214,8 +214,9 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.checkpoint.every_steps = 10
   config.checkpoint.keep = 3
   # Written in the background while the next step runs (Orbax's async save; atomic as before: a crash
-  # mid-write resumes from the previous checkpoint). The demo's 1.6 GB of params and AdamW state took
-  # ~4.5 s of wall per synchronous save here (docs/demo.md); a 7B run's ~84 GB would stall every save.
+  # mid-write resumes from the previous checkpoint). A synchronous save of the demo's 1.6 GB of params and
+  # AdamW state blocked the loop 3.6-4.5 s, an async one 0.06-0.10 s (experiments/bench_checkpoint.py,
+  # docs/training.md); a 7B run's ~84 GB would stall every save.
   config.checkpoint.async_save = True
 
   config.eval = eval_config()

@@ -38,10 +38,10 @@ def main():
   parser.add_argument("--params-m", type=float, default=135.0, help="millions of parameters (default: 135)")
   args = parser.parse_args()
   params, opt_state = state(args.params_m)
-  gb = 3 * sum(x.nbytes for x in jax.tree.leaves(params)) / 1e9
+  gb = sum(x.nbytes for x in jax.tree.leaves((params, opt_state))) / 1e9
   load_before = os.getloadavg()
   rows = []
-  with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR", "/tmp")) as root:
+  with tempfile.TemporaryDirectory() as root:
     for async_save in (False, True):
       with CheckpointManager(pathlib.Path(root) / f"async_{async_save}", keep=3, async_save=async_save) as manager:
         for step in (1, 2):

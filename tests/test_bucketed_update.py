@@ -66,7 +66,7 @@ def test_bad_token_budget_is_an_error():
 @pytest.mark.parametrize("budget", [512, 4096])
 def test_bucketed_update_equals_one_padded_batch(budget):
   graphdef, params = nnx.split(init_decoder(MODEL, seed=0))
-  # On TRAIN_BUCKETS: (256, 32), (256, 256) and (32, 32) bucket pairs (prompt, completion).
+  # On TRAIN_BUCKETS: (192, 32), (192, 192) and (32, 32) bucket pairs (prompt, completion).
   rows = with_advantages(_rows(1, lengths=((140, 20), (150, 130), (10, 3), (12, 5), (9, 30), (160, 2), (11, 4))), None)
   cfg = train_step.TrainConfig(grad_clip=None, micro_batch_size=None, entropy_coef=0.01)
   sgd = optax.sgd(lambda count: 1.0)  # the update is minus the accumulated gradient
@@ -79,8 +79,9 @@ def test_bucketed_update_equals_one_padded_batch(budget):
                        rows_to_batch(rows, PAD, micro_batch_size=1))
   micro = rows_to_micro_batches(rows, PAD, token_budget=budget)
   got, got_m = delta(train_step.make_bucketed_train_step(graphdef, cfg, optimizer=sgd), micro)
-  assert {mb["tokens"].shape for mb in micro} == ({(1, 288), (1, 512), (8, 64)} if budget == 512 else
-                                                 {(8, 288), (8, 512), (64, 64)})
+  # Columns: prompt bucket + completion bucket (the window's extra column is the last prompt token's).
+  assert {mb["tokens"].shape for mb in micro} == ({(2, 224), (1, 384), (8, 64)} if budget == 512 else
+                                                 {(16, 224), (8, 384), (64, 64)})
   for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=3e-4, atol=1e-7)
   for name in ("loss", "pg_loss", "entropy", "num_tokens"):

@@ -24,7 +24,9 @@ from typing import Sequence
 import numpy as np
 
 LENGTH_BUCKETS = (32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
-TRAIN_BUCKETS = (32, 64, 128, 256, 384, 512, 1024, 2048, 4096, 8192, 16384)
+# 192: prompts of 129-192 tokens (the demo's compact prompts are 139-166) padded to 256 cost the demo's
+# update and cosine passes ~30% more tokens and twice the passes (docs/demo.md, "Update buckets").
+TRAIN_BUCKETS = (32, 64, 128, 192, 256, 384, 512, 1024, 2048, 4096, 8192, 16384)
 
 
 def bucket(n: int, buckets: Sequence[int] = LENGTH_BUCKETS) -> int:

@@ -12,6 +12,7 @@ is committed, keeping the last `keep`.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
 from typing import Any
@@ -65,6 +66,7 @@ class CheckpointManager:
         max_to_keep=keep, save_interval_steps=save_every, create=create, cleanup_tmp_directories=True,
         enable_async_checkpointing=async_save)
     self._manager = ocp.CheckpointManager(self.directory, options=options)
+    self._writing: int | None = None  # the step whose save was started last (async: may still be writing)
 
   def should_save(self, step: int) -> bool:
     return step % self.save_every == 0
@@ -84,7 +86,11 @@ class CheckpointManager:
         # A snapshot: with async_save the write happens after the caller has moved on and mutated
         # its buffers and metrics; also fails here, in the caller, on anything not JSON-serializable.
         extra=ocp.args.JsonSave(json.loads(json.dumps(extra_json))))
-    return bool(self._manager.save(step, args=args, force=True))
+    self.wait_until_finished()  # a failed background write of the previous step surfaces here, named
+    with self._failure_names(step):
+      started = bool(self._manager.save(step, args=args, force=True))
+    self._writing = step
+    return started
 
   def all_steps(self) -> list[int]:
     return sorted(self._manager.all_steps())
@@ -114,10 +120,33 @@ class CheckpointManager:
     return step, out.params, out.opt_state, _key_from_meta(out.meta), out.extra
 
   def wait_until_finished(self) -> None:
-    self._manager.wait_until_finished()
+    """Blocks until the last save is committed; a write that failed (a full disk, say) raises
+    CheckpointError naming its step and directory. The steps committed before it stay intact."""
+    with self._failure_names(self._writing):
+      self._manager.wait_until_finished()
+
+  @contextlib.contextmanager
+  def _failure_names(self, step: int | None):
+    """Orbax's write errors (raised here or, with async_save, from its background threads at the next
+    wait) as one line with the step and the directory."""
+    try:
+      yield
+    except CheckpointError:
+      raise
+    except Exception as e:  # noqa: BLE001  (OSError, tensorstore's ValueError, ...: all are write failures)
+      cause = (str(e).strip().splitlines() or [type(e).__name__])[0]
+      if len(cause) > 300:  # tensorstore's: which file first, the OS's reason ("File too large") last
+        cause = f"{cause[:120]} ... {cause[-160:]}"
+      try:
+        kept = self._manager.latest_step()
+      except Exception:  # noqa: BLE001  (the directory may be unreadable too: the write error is the news)
+        kept = None
+      raise CheckpointError(f"checkpoint of step {step} was not written to {self.directory}: {type(e).__name__}: "
+                            f"{cause} (the last complete checkpoint: {kept if kept is not None else 'none'})") from e
 
   def close(self) -> None:
-    self._manager.close()
+    with self._failure_names(self._writing):
+      self._manager.close()
 
   def __enter__(self) -> "CheckpointManager":
     return self

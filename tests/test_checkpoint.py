@@ -86,3 +86,39 @@ def test_async_save_keeps_the_extra_json_as_it_was_at_save_time(tmp_path):
     manager.wait_until_finished()
     _, _, _, _, got = manager.restore(params=params, opt_state=opt_state)
   assert got == want
+
+
+@pytest.mark.parametrize("async_save", [True, False])
+def test_a_write_that_fails_is_one_line_naming_the_step_and_the_last_good_one_stays(tmp_path, async_save):
+  """A real write failure (this process's file-size limit: write() fails with EFBIG, as on a full disk)
+  while step 2 is written: one CheckpointError naming step 2 and the directory, raised by save or, for a
+  background write, by the next wait; step 1 stays restorable and a new manager writes step 2 again."""
+  import resource
+  params = {"w": jnp.arange(512 * 1024, dtype=jnp.float32)}  # 2 MiB: over the 1 MiB limit below
+  optimizer = optax.sgd(0.1)
+  opt_state = optimizer.init(params)
+  key = jax.random.key(0)
+  directory = tmp_path / "ckpt"
+  manager = CheckpointManager(directory, async_save=async_save)
+  manager.save(1, params, opt_state, key, {"s": 1})
+  manager.wait_until_finished()
+  soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+  resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, hard))
+  try:
+    with pytest.raises(CheckpointError) as err:
+      manager.save(2, jax.tree.map(lambda x: x + 1, params), opt_state, key, {"s": 2})
+      manager.wait_until_finished()
+  finally:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+  message = str(err.value)
+  assert "\n" not in message
+  assert message.startswith(f"checkpoint of step 2 was not written to {directory}: "), message
+  assert "File too large" in message and message.endswith("(the last complete checkpoint: 1)"), message
+  with CheckpointManager(directory) as again:  # what a resumed run does
+    assert again.all_steps() == [1]
+    step, restored, _, _, extra = again.restore(params=params, opt_state=opt_state)
+    assert step == 1 and extra == {"s": 1}
+    _assert_bitwise(restored, params)
+    again.save(2, params, opt_state, key, {"s": 2})
+    again.wait_until_finished()
+    assert again.all_steps() == [1, 2]

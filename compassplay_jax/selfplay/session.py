@@ -11,6 +11,7 @@ writes its metrics line to workdir/metrics.jsonl and its checkpoint, exactly as 
 """
 from __future__ import annotations
 
+import contextlib
 import pathlib
 from typing import Any, Callable
 
@@ -176,13 +177,13 @@ class Session:
     return reference
 
   def close(self) -> None:
-    """Waits for the last checkpoint, closes the writers and the setting (its sandbox or Lean pool)."""
-    try:
+    """Waits for the last checkpoint, closes the writers and the setting (its sandbox or Lean pool);
+    each is closed even when one before it fails (a checkpoint write that failed raises CheckpointError)."""
+    with contextlib.ExitStack() as closing:  # runs last-in first: manager, writer, setting
+      closing.callback(self.setting.close)
+      closing.callback(self.writer.close)
+      closing.callback(self.manager.close)
       self.manager.wait_until_finished()
-      self.manager.close()
-      self.writer.close()
-    finally:
-      self.setting.close()
 
   def __enter__(self) -> "Session":
     return self

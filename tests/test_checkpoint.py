@@ -1,4 +1,4 @@
-"""CheckpointManager: round trip, keep-last-K, save cadence, bad input."""
+"""CheckpointManager: round trip, keep-last-K, save cadence, bad input, failed writes (and Session.close then)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -122,3 +122,22 @@ def test_a_write_that_fails_is_one_line_naming_the_step_and_the_last_good_one_st
     again.save(2, params, opt_state, key, {"s": 2})
     again.wait_until_finished()
     assert again.all_steps() == [1, 2]
+
+
+def test_session_close_closes_the_writer_and_the_pool_when_the_last_write_failed():
+  """Session.close after a failed checkpoint write: the CheckpointError propagates (main prints it) and
+  the metrics writer and the setting's pool (sandbox or Lean processes) are still closed."""
+  import types
+
+  from compassplay_jax.selfplay.session import Session
+  closed = []
+
+  def failed_wait():
+    raise CheckpointError("checkpoint of step 1 was not written to /x: OSError: [Errno 28] No space left on device")
+  stand_in = types.SimpleNamespace(
+      manager=types.SimpleNamespace(wait_until_finished=failed_wait, close=lambda: closed.append("manager")),
+      writer=types.SimpleNamespace(close=lambda: closed.append("writer")),
+      setting=types.SimpleNamespace(close=lambda: closed.append("setting")))
+  with pytest.raises(CheckpointError, match="checkpoint of step 1 was not written"):
+    Session.close(stand_in)
+  assert closed == ["manager", "writer", "setting"]

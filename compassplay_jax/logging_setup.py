@@ -1,7 +1,7 @@
 """Quiet console by default: library INFO records and warnings off unless --verbosity / -v asks.
 
 The main job's own output is a progress bar, one line per step and a summary; orbax, absl, jax
-(e.g. its TPU-backend probe on a CPU machine), transformers and tensorboardX would otherwise add
+(e.g. its TPU-backend probe on a CPU machine), and transformers would otherwise add
 hundreds of INFO lines. Errors still reach stderr.
 """
 from __future__ import annotations
@@ -10,8 +10,8 @@ import logging
 import os
 import warnings
 
-NOISY_LOGGERS = ("absl", "orbax", "jax", "jax._src.xla_bridge", "flax", "transformers", "tensorboardX", "etils")
-NOISY_WARNINGS = r"(orbax|jax|flax|transformers|tensorboardX|absl|etils|optax)(\.|$)"
+NOISY_LOGGERS = ("absl", "orbax", "jax", "jax._src.xla_bridge", "flax", "transformers", "etils")
+NOISY_WARNINGS = r"(orbax|jax|flax|transformers|absl|etils|optax)(\.|$)"
 
 
 def quiet_libraries() -> None:

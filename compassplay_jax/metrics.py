@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from compassplay_jax.tensorboard_events import EventFileWriter
+
 
 def _scalar(value: Any):
   """A JSON/TensorBoard-friendly scalar, or None for values that are not scalars."""
@@ -30,27 +32,22 @@ class MetricsWriter:
     self._tb = None
     if enabled:
       self.path.parent.mkdir(parents=True, exist_ok=True)
-      try:
-        from tensorboardX import SummaryWriter
-        self._tb = SummaryWriter(str(pathlib.Path(workdir) / "tensorboard"))
-      except ImportError:  # TensorBoard files are optional; JSONL always works
-        self._tb = None
+      self._tb = EventFileWriter(pathlib.Path(workdir) / "tensorboard")
 
   def write(self, step: int, metrics: dict[str, Any]) -> None:
     if not self.enabled:
       return
-    record = {"step": step, "time": time.time()}
+    record, scalars = {"step": step, "time": time.time()}, {}
     for key, value in metrics.items():
       scalar = _scalar(value)
       if scalar is not None and math.isfinite(scalar):
-        record[key] = scalar
-        if self._tb is not None:
-          self._tb.add_scalar(key, scalar, step)
+        record[key] = scalars[key] = scalar
       elif isinstance(value, (list, tuple, dict, str)):
         record[key] = value
     with open(self.path, "a") as f:
       f.write(json.dumps(record) + "\n")
     if self._tb is not None:
+      self._tb.add_scalars(step, scalars)
       self._tb.flush()
 
   def close(self):

@@ -37,6 +37,7 @@ FORBIDDEN = {
     "config_base.py": {"selfplay", "domains", "evals"},
     "errors.py": {"*"},
     "gc_policy.py": {"*"},
+    "tensorboard_events.py": {"*"},
     "jsonl.py": {"selfplay", "domains", "evals", "rl", "rewards", "sampling", "engine", "models", "sharding"},
     "model_setup.py": {"selfplay", "domains", "evals"},
     "evaluate.py": {"selfplay"},

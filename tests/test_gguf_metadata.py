@@ -43,3 +43,22 @@ def test_damaged_files_fail_with_one_line_naming_the_file(embedded, tmp_path):
   bad_type.write_bytes(header[:at] + (99).to_bytes(4, "little") + header[at + 4:])
   with pytest.raises(CheckpointError, match=r"bad_type\.gguf: unknown GGUF value type 99"):
     gguf_metadata.read_metadata(bad_type)
+
+
+def test_tensor_table_equals_the_gguf_packages_reading(embedded):
+  gguf = pytest.importorskip("gguf")
+  want = [(t.name, tuple(int(d) for d in t.shape), int(t.tensor_type), t.data_offset)
+          for t in gguf.GGUFReader(str(embedded)).tensors]
+  _, tensors = gguf_metadata.read_header(embedded)
+  assert [(t.name, t.dims, t.ggml_type, t.offset) for t in tensors] == want
+  assert len(want) == 272
+
+
+def test_a_file_cut_inside_its_tensors_names_the_tensor(embedded, tmp_path):
+  from compassplay_jax.models.gguf_io import load_gguf_model
+  _, tensors = gguf_metadata.read_header(embedded)
+  cut = tmp_path / "cut.gguf"
+  with open(embedded, "rb") as src:
+    cut.write_bytes(src.read(tensors[-1].offset + 8))  # the last tensor's first bytes only
+  with pytest.raises(CheckpointError, match=rf"cut\.gguf: tensor {tensors[-1].name!r} ends past the end of the file"):
+    load_gguf_model(cut)

@@ -52,23 +52,23 @@ def embedded_gguf_path() -> pathlib.Path:
   return path
 
 
-def _reader(path: pathlib.Path):
-  """The file's GGUFReader (read-only, memory-mapped) for its tensors, parsed once per file version:
-  the reader also parses the metadata (a 49k-token vocabulary), which costs seconds per load."""
-  if not path.is_file():
-    raise InputNotFound(f"{path}: no such GGUF file")
-  stat = path.stat()
-  return _parsed_reader(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
-
-
-@functools.lru_cache(maxsize=2)
-def _parsed_reader(resolved: str, mtime_ns: int, size: int):
-  del mtime_ns, size  # part of the cache key only
+def _tensor_values(path: pathlib.Path, tensors: list[gguf_metadata.TensorInfo]):
+  """(info, float32 array in numpy order) for each tensor, dequantized from a memory map of the file.
+  The header comes from gguf_metadata: `gguf.GGUFReader` would also build a numpy view per element of
+  the 49k-token vocabulary (3 s per load); only `gguf`'s dequantization is used."""
   import gguf
-  try:
-    return gguf.GGUFReader(resolved)
-  except Exception as e:  # the reader raises assorted errors on corrupt files
-    raise CheckpointError(f"{resolved}: not a readable GGUF file ({type(e).__name__}: {e})") from None
+  data = np.memmap(path, np.uint8, mode="r")
+  for info in tensors:
+    qtype = next((t for t in gguf.GGML_QUANT_SIZES if t == info.ggml_type), None)
+    if qtype is None:
+      raise CheckpointError(f"{path}: tensor {info.name!r} has unknown ggml type {info.ggml_type}")
+    block_size, type_size = gguf.GGML_QUANT_SIZES[qtype]
+    shape = tuple(reversed(info.dims))  # numpy order = torch's (out, in)
+    n_bytes = int(np.prod(shape)) * type_size // block_size
+    if info.offset + n_bytes > data.size:
+      raise CheckpointError(f"{path}: tensor {info.name!r} ends past the end of the file ({data.size} bytes)")
+    raw = data[info.offset:info.offset + n_bytes].reshape(gguf.quant_shape_to_byte_shape(shape, qtype))
+    yield info, gguf.quants.dequantize(raw, qtype).astype(np.float32).reshape(shape)
 
 
 def _field(metadata: dict, key, path, default=None):
@@ -120,19 +120,19 @@ def unpermute_llama_rows(w: np.ndarray, n_heads: int) -> np.ndarray:
 
 def load_gguf_model(path: str | pathlib.Path, shardings=None, **overrides):
   """Decoder with dequantized GGUF weights (param dtype from config, default float32)."""
-  import gguf
   path = pathlib.Path(path)
-  reader = _reader(path)
-  cfg = gguf_config(gguf_metadata.read_metadata(path), {t.name for t in reader.tensors}, path, **overrides)
+  if not path.is_file():
+    raise InputNotFound(f"{path}: no such GGUF file")
+  metadata, tensors = gguf_metadata.read_header(path)
+  cfg = gguf_config(metadata, {t.name for t in tensors}, path, **overrides)
   graphdef, abstract_state, expected = expected_leaves(cfg)
   values = {}
-  for t in reader.tensors:
+  for t in tensors:  # names first: an unexpected tensor stops the load before any dequantization
     mapped = map_name(_TENSOR_MAP, t.name)
     if mapped is None or mapped[0] not in expected:
       raise CheckpointError(f"{path}: unexpected GGUF tensor {t.name!r}")
-    our_path, transpose = mapped
-    w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
-    w = w.reshape([int(d) for d in reversed(t.shape)])  # numpy order = torch's (out, in)
+  for t, w in _tensor_values(path, tensors):
+    our_path, transpose = map_name(_TENSOR_MAP, t.name)
     if cfg.model_type == "llama" and re.fullmatch(r"blk\.\d+\.attn_q\.(weight|bias)", t.name):
       w = unpermute_llama_rows(w, cfg.num_attention_heads)
     elif cfg.model_type == "llama" and re.fullmatch(r"blk\.\d+\.attn_k\.(weight|bias)", t.name):

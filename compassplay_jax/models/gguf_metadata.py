@@ -1,4 +1,4 @@
-"""A GGUF file's metadata (its key/value section) read straight from the header.
+"""A GGUF file's metadata (its key/value section) and tensor table, read straight from the header.
 
 The tokenizer needs only the metadata, but `gguf.GGUFReader` also maps every tensor and builds a
 numpy view per array element: 3 s for SmolLM2's 49k tokens and 49k merges, paid by every process
@@ -6,10 +6,13 @@ that loads the embedded tokenizer (the main job, each sweep cell, each test subp
 with `struct` and numpy from a memory map: 0.08 s. Layout (GGUF v2/v3, little-endian): magic "GGUF", u32 version,
 u64 tensor count, u64 key/value count, then per pair a string key, a u32 value type and the value;
 strings are a u64 byte length and UTF-8 bytes; arrays a u32 element type, a u64 count and the
-elements. https://github.com/ggml-org/ggml/blob/master/docs/gguf.md
+elements. Then per tensor its name, u32 dimension count, u64 dimensions (innermost first), u32 ggml type
+and u64 offset into the data section, which starts at the next multiple of `general.alignment` (32).
+https://github.com/ggml-org/ggml/blob/master/docs/gguf.md
 """
 from __future__ import annotations
 
+import dataclasses
 import mmap
 import pathlib
 import struct
@@ -25,21 +28,42 @@ _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<
 _DTYPES = {k: np.dtype(v) for k, v in _SCALARS.items()}
 
 
+@dataclasses.dataclass(frozen=True)
+class TensorInfo:
+  name: str
+  dims: tuple[int, ...]  # GGUF's order: innermost (contiguous) dimension first
+  ggml_type: int
+  offset: int  # absolute byte offset of the data in the file
+
+
 def read_metadata(path: str | pathlib.Path) -> dict:
   """{key: value} of the file's metadata: str, int, float, bool, or a list of them (as the `gguf`
   package's `field.contents()` gives). A file that is not GGUF or ends early: CheckpointError."""
+  return read_header(path)[0]
+
+
+def read_header(path: str | pathlib.Path) -> tuple[dict, list[TensorInfo]]:
+  """(metadata, tensor table) of the file; the tensors' data is not read."""
   path = pathlib.Path(path)
   with open(path, "rb") as f:
     head = f.read(24)
     if len(head) < 24 or head[:4] != _MAGIC:
       raise CheckpointError(f"{path}: not a GGUF file (no 'GGUF' magic at the start)")
-    version, _, kv_count = struct.unpack_from("<IQQ", head, 4)
+    version, tensor_count, kv_count = struct.unpack_from("<IQQ", head, 4)
     if version < 2:
       raise CheckpointError(f"{path}: GGUF version {version} is not supported (2 or 3)")
     # Mapped, not read: the metadata's size is not in the header, and the tensors after it are most of the file.
     with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
       reader = _Reader(data, 24, path)
-      return {reader.string(): reader.value() for _ in range(kv_count)}
+      metadata = {reader.string(): reader.value() for _ in range(kv_count)}
+      table = []
+      for _ in range(tensor_count):
+        name = reader.string()
+        dims = tuple(reader.scalar("<Q") for _ in range(reader.scalar("<I")))
+        table.append((name, dims, reader.scalar("<I"), reader.scalar("<Q")))
+      alignment = int(metadata.get("general.alignment", 32))
+      start = -(-reader.offset // alignment) * alignment
+      return metadata, [TensorInfo(name, dims, kind, start + offset) for name, dims, kind, offset in table]
 
 
 class _Reader:

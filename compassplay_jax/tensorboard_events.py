@@ -75,7 +75,7 @@ def version_event(wall_time: float) -> bytes:
 
 
 class EventFileWriter:
-  """Appends scalar events to one new `events.out.tfevents.<time>.<host>` file in `logdir`."""
+  """Appends scalar events to one new `events.out.tfevents.<time>.<host>.<pid>` file in `logdir`."""
 
   def __init__(self, logdir: str | pathlib.Path):
     logdir = pathlib.Path(logdir)

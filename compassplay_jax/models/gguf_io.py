@@ -59,8 +59,11 @@ def _tensor_values(path: pathlib.Path, tensors: list[gguf_metadata.TensorInfo]):
   import gguf
   data = np.memmap(path, np.uint8, mode="r")
   for info in tensors:
-    qtype = next((t for t in gguf.GGML_QUANT_SIZES if t == info.ggml_type), None)
-    if qtype is None:
+    try:
+      qtype = gguf.GGMLQuantizationType(info.ggml_type)
+    except ValueError:
+      qtype = None
+    if qtype not in gguf.GGML_QUANT_SIZES:
       raise CheckpointError(f"{path}: tensor {info.name!r} has unknown ggml type {info.ggml_type}")
     block_size, type_size = gguf.GGML_QUANT_SIZES[qtype]
     shape = tuple(reversed(info.dims))  # numpy order = torch's (out, in)
@@ -126,13 +129,13 @@ def load_gguf_model(path: str | pathlib.Path, shardings=None, **overrides):
   metadata, tensors = gguf_metadata.read_header(path)
   cfg = gguf_config(metadata, {t.name for t in tensors}, path, **overrides)
   graphdef, abstract_state, expected = expected_leaves(cfg)
-  values = {}
+  values, mapped = {}, {}
   for t in tensors:  # names first: an unexpected tensor stops the load before any dequantization
-    mapped = map_name(_TENSOR_MAP, t.name)
-    if mapped is None or mapped[0] not in expected:
+    mapped[t.name] = map_name(_TENSOR_MAP, t.name)
+    if mapped[t.name] is None or mapped[t.name][0] not in expected:
       raise CheckpointError(f"{path}: unexpected GGUF tensor {t.name!r}")
   for t, w in _tensor_values(path, tensors):
-    our_path, transpose = map_name(_TENSOR_MAP, t.name)
+    our_path, transpose = mapped[t.name]
     if cfg.model_type == "llama" and re.fullmatch(r"blk\.\d+\.attn_q\.(weight|bias)", t.name):
       w = unpermute_llama_rows(w, cfg.num_attention_heads)
     elif cfg.model_type == "llama" and re.fullmatch(r"blk\.\d+\.attn_k\.(weight|bias)", t.name):

@@ -15,9 +15,15 @@ def embedded():
     pytest.skip(str(e))
 
 
-def test_every_key_equals_the_gguf_packages_reading(embedded):
+@pytest.fixture(scope="module")
+def gguf_reading(embedded):
+  """The `gguf` package's GGUFReader of the embedded file (seconds: read once for the module)."""
   gguf = pytest.importorskip("gguf")
-  want = {k: f.contents() for k, f in gguf.GGUFReader(str(embedded)).fields.items() if not k.startswith("GGUF.")}
+  return gguf.GGUFReader(str(embedded))
+
+
+def test_every_key_equals_the_gguf_packages_reading(embedded, gguf_reading):
+  want = {k: f.contents() for k, f in gguf_reading.fields.items() if not k.startswith("GGUF.")}
   got = gguf_metadata.read_metadata(embedded)
   assert list(got) == list(want)  # same keys, in file order
   for key in want:
@@ -45,20 +51,25 @@ def test_damaged_files_fail_with_one_line_naming_the_file(embedded, tmp_path):
     gguf_metadata.read_metadata(bad_type)
 
 
-def test_tensor_table_equals_the_gguf_packages_reading(embedded):
-  gguf = pytest.importorskip("gguf")
+def test_tensor_table_equals_the_gguf_packages_reading(embedded, gguf_reading):
   want = [(t.name, tuple(int(d) for d in t.shape), int(t.tensor_type), t.data_offset)
-          for t in gguf.GGUFReader(str(embedded)).tensors]
+          for t in gguf_reading.tensors]
   _, tensors = gguf_metadata.read_header(embedded)
   assert [(t.name, t.dims, t.ggml_type, t.offset) for t in tensors] == want
   assert len(want) == 272
 
 
-def test_a_file_cut_inside_its_tensors_names_the_tensor(embedded, tmp_path):
+def test_a_file_cut_inside_its_tensors_names_the_tensor(embedded, tmp_path, monkeypatch):
+  import gguf
+
   from compassplay_jax.models.gguf_io import load_gguf_model
   _, tensors = gguf_metadata.read_header(embedded)
   cut = tmp_path / "cut.gguf"
   with open(embedded, "rb") as src:
     cut.write_bytes(src.read(tensors[-1].offset + 8))  # the last tensor's first bytes only
+  dequantized = []
+  real_dequantize = gguf.quants.dequantize
+  monkeypatch.setattr(gguf.quants, "dequantize", lambda *a: dequantized.append(1) or real_dequantize(*a))
   with pytest.raises(CheckpointError, match=rf"cut\.gguf: tensor {tensors[-1].name!r} ends past the end of the file"):
     load_gguf_model(cut)
+  assert not dequantized  # every extent is checked before the first tensor is dequantized

@@ -55,9 +55,11 @@ def embedded_gguf_path() -> pathlib.Path:
 def _tensor_values(path: pathlib.Path, tensors: list[gguf_metadata.TensorInfo]):
   """(info, float32 array in numpy order) for each tensor, dequantized from a memory map of the file.
   The header comes from gguf_metadata: `gguf.GGUFReader` would also build a numpy view per element of
-  the 49k-token vocabulary (3 s per load); only `gguf`'s dequantization is used."""
+  the 49k-token vocabulary (3 s per load); only `gguf`'s dequantization is used. Every tensor's type
+  and extent is checked before the first is dequantized: a cut or damaged file fails at once."""
   import gguf
   data = np.memmap(path, np.uint8, mode="r")
+  layouts = []
   for info in tensors:
     try:
       qtype = gguf.GGMLQuantizationType(info.ggml_type)
@@ -70,6 +72,8 @@ def _tensor_values(path: pathlib.Path, tensors: list[gguf_metadata.TensorInfo]):
     n_bytes = int(np.prod(shape)) * type_size // block_size
     if info.offset + n_bytes > data.size:
       raise CheckpointError(f"{path}: tensor {info.name!r} ends past the end of the file ({data.size} bytes)")
+    layouts.append((info, qtype, shape, n_bytes))
+  for info, qtype, shape, n_bytes in layouts:
     raw = data[info.offset:info.offset + n_bytes].reshape(gguf.quant_shape_to_byte_shape(shape, qtype))
     yield info, gguf.quants.dequantize(raw, qtype).astype(np.float32).reshape(shape)
 

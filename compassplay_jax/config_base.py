@@ -78,6 +78,7 @@ def eval_config() -> ml_collections.ConfigDict:
 
 def check_config(config) -> None:
   """Start-up checks of the fields every setting shares (ConfigError names the field)."""
+  from compassplay_jax import profiling
   from compassplay_jax.models.config import ConfigError
   if config.train.recompute_logprobs not in RECOMPUTE_LOGPROBS:
     raise ConfigError(f"config.train.recompute_logprobs: {config.train.recompute_logprobs!r} is not one of "
@@ -87,6 +88,7 @@ def check_config(config) -> None:
   if config.train.fresh_optimizer and config.train.schedule != "constant":
     raise ConfigError(f"config.train.fresh_optimizer restarts the schedule every step: use schedule='constant' "
                       f"(warmup_steps then counts within each step), not {config.train.schedule!r}")
+  profiling.parse_steps(config.profile.steps)  # names the field if a step is not a number
   if config.train.ppo_mini_batches < 1:
     raise ConfigError(f"config.train.ppo_mini_batches={config.train.ppo_mini_batches}: must be >= 1")
   if config.reward.name == "soar_utility":
@@ -220,6 +222,12 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.checkpoint.async_save = True
 
   config.eval = eval_config()
+
+  # Device traces (compassplay_jax/profiling.py): the steps to trace ("2", "2,3"; "" = none) and where
+  # ("" = <workdir>/profile). Trace a step after the first: step 1 is mostly compilation.
+  config.profile = ml_collections.ConfigDict()
+  config.profile.steps = ""
+  config.profile.dir = ""
 
   config.coding = ml_collections.ConfigDict()
   config.coding.task_types = "abduction,deduction,induction"

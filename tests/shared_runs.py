@@ -66,12 +66,13 @@ def once(tmp_path_factory, name: str, make) -> tuple[pathlib.Path, dict]:
   return directory, json.loads(done.read_text())
 
 
-def tiny_config(reward: str = "compassplay_cos", steps: int = 2, kl_coef: float = 0.0):
+def tiny_config(reward: str = "compassplay_cos", steps: int = 2, kl_coef: float = 0.0, profile_steps: str = ""):
   from compassplay_jax.sweep import load_config
   config = load_config(TINY)
   config.reward.name = reward
   config.steps = steps
   config.train.kl_coef = kl_coef
+  config.profile.steps = profile_steps
   return config
 
 
@@ -80,11 +81,13 @@ def shared_config():
   return tiny_config(kl_coef=KL_COEF)
 
 
-def step_then_resume(reward: str, workdir: pathlib.Path, steps: int = 2, kl_coef: float = 0.0) -> dict:
+def step_then_resume(reward: str, workdir: pathlib.Path, steps: int = 2, kl_coef: float = 0.0,
+                     profile_steps: str = "") -> dict:
   """coding:tiny stepped `steps` times through a Session (one straight run), then a new Session on the
-  same workdir resumes it for one more step. Returns what test_session.py asserts on."""
+  same workdir resumes it for one more step (profile_steps: config.profile.steps of the straight run).
+  Returns what test_session.py asserts on."""
   from compassplay_jax.selfplay.session import Session
-  with Session.create(tiny_config(reward, steps, kl_coef), workdir) as session:
+  with Session.create(tiny_config(reward, steps, kl_coef, profile_steps), workdir) as session:
     record = {"reference_on_setting": session.setting.reference is not None,
               "loss_before": session.reference_loss(), "start": session.start}
     record["metrics_keys"] = [sorted(session.step()) for _ in range(steps)]

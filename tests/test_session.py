@@ -18,7 +18,8 @@ def test_steps_one_at_a_time_then_resume(tmp_path, request, reward):
     runs = request.getfixturevalue("coding_tiny_runs")
     workdir, record = runs.straight, runs.session
   else:
-    workdir, record = tmp_path, shared_runs.step_then_resume(reward, tmp_path)
+    # Step 2 traced (config.profile.steps): compassplay_jax/profiling.py's Session-level check.
+    workdir, record = tmp_path, shared_runs.step_then_resume(reward, tmp_path, profile_steps="2")
   assert record["start"] == 0
   loss0 = record["loss_before"]
   assert math.isfinite(loss0) and loss0 > 0  # difficulty runs get their own copy of the reference set
@@ -36,3 +37,11 @@ def test_steps_one_at_a_time_then_resume(tmp_path, request, reward):
   assert record["resumed_time_step"] > 0 and record["resumed_step_count"] == 3
   assert record["logged_steps_after_resume"] == [1, 2, 3]
   assert [json.loads(l)["step"] for l in (workdir / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
+  if reward == "difficulty":
+    # One trace (step 2's, not the resumed step 3's), holding the step's own programs by name: the
+    # continuous engine's decode and the bucketed update's accumulate.
+    from compassplay_jax import profiling
+    traces = list((workdir / "profile").rglob(profiling.PERFETTO_FILE))
+    assert len(traces) == 1, traces
+    programs = dict(profiling.program_totals(profiling.summarize(traces[0])))
+    assert {"jit_decode_chunk_program", "jit_accumulate"} <= set(programs), sorted(programs)

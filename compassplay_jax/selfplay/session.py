@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from compassplay_jax import compile_cache, config_base, distributed
+from compassplay_jax import compile_cache, config_base, distributed, profiling
 from compassplay_jax.checkpoint import CheckpointManager
 from compassplay_jax.engine import Engine, EngineSettings
 from compassplay_jax.metrics import MetricsWriter, last_value, truncate_metrics
@@ -110,8 +110,9 @@ class Session:
     step = self.step_count
     compiled_before = self.compiles.totals()
     self.key, key = jax.random.split(self.key)
-    result = step_lib.run_step(self.setting, self.engine, self.params, self.opt_state, step, key,
-                               update=self.update_options, ref_params=self.ref_params, progress=progress)
+    with profiling.step_trace(config.profile, step, self.workdir):  # a no-op unless config.profile.steps names it
+      result = step_lib.run_step(self.setting, self.engine, self.params, self.opt_state, step, key,
+                                 update=self.update_options, ref_params=self.ref_params, progress=progress)
     self.params, self.opt_state = result.params, result.opt_state
     metrics = dict(result.metrics)
     # The cost axis of the reports: wall time x devices (docs/experiments.md); eval time not included.

@@ -303,7 +303,9 @@ class SlotPrograms:
     static = dict(cfg=cfg, slots=slots, length=length, chunk=chunk, cache_dtype=cache_dtype)
 
     def build():
-      fn = lambda k: init_slots(k, **static)
+      def init_slots_program(k):  # named: compile logs and profiles show the name
+        return init_slots(k, **static)
+      fn = init_slots_program
       if self.mesh is None:
         return jax.jit(fn)
       return _HostArgsPlaced(jax.jit(fn, in_shardings=sh.replicated(self.mesh),
@@ -316,7 +318,9 @@ class SlotPrograms:
     args = (params, input_ids, prompt_mask, requests, key)
 
     def build():
-      fn = lambda *a: prefill_prompts(graphdef, *a, **static)
+      def prefill_prompts_program(*a):
+        return prefill_prompts(graphdef, *a, **static)
+      fn = prefill_prompts_program
       if self.mesh is None:
         return jax.jit(fn)
       rows = self._rows((input_ids, prompt_mask, requests))
@@ -327,7 +331,9 @@ class SlotPrograms:
 
   def insert(self, state: SlotState, prefix: Prefix, admit: Admit, key, *, eos_ids: tuple[int, ...]) -> SlotState:
     def build():
-      fn = lambda st, pre, adm, k: insert(st, pre, adm, k, eos_ids=eos_ids)
+      def insert_program(st, pre, adm, k):
+        return insert(st, pre, adm, k, eos_ids=eos_ids)
+      fn = insert_program
       if self.mesh is None:
         return jax.jit(fn, donate_argnums=(0,))
       s_sh = self._rows(state)
@@ -348,7 +354,9 @@ class SlotPrograms:
     static = dict(sampler=sampler, eos_ids=eos_ids, window=window)
 
     def build():
-      fn = lambda p, st, hd, r: decode_chunk(graphdef, p, st, hd, r, **static)
+      def decode_chunk_program(p, st, hd, r):
+        return decode_chunk(graphdef, p, st, hd, r, **static)
+      fn = decode_chunk_program
       if self.mesh is None:
         return jax.jit(fn, donate_argnums=(1,))
       s_sh = self._rows(state)

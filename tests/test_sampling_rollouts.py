@@ -157,8 +157,8 @@ def test_a_6000_token_prompt_goes_through_the_paper_sampler_settings(engine_name
 
 def test_prompt_buckets_reach_the_max_prompt_length():
   assert batching.prompt_buckets(6144, 8096)[-4:] == (4096, 6144, 8192, 16384)
-  assert batching.prompt_buckets(1024, 24) == (32, 64, 128, 256, 512, 1024, 2048, 4096)
-  assert batching.prompt_buckets(1000)[:6] == (32, 64, 128, 256, 512, 1000)
+  assert batching.prompt_buckets(1024, 24) == (32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
+  assert batching.prompt_buckets(1000)[:10] == (32, 64, 128, 192, 256, 384, 512, 768, 1000, 1024)
   with pytest.raises(ValueError, match="max_prompt_tokens=0"):
     batching.prompt_buckets(0)
 

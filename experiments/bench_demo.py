@@ -47,8 +47,10 @@ def run_row(label: str, wall: float, steps: list[dict]) -> str:
   phases = " | ".join(f"{sum(s.get(f'time/{p}', 0.0) for s in steps):.0f}" for p in PHASES)
   compiles = sum(s.get("compile/count", 0) for s in steps)
   compile_s = sum(s.get("compile/seconds", 0.0) for s in steps)
+  hits = sum(s.get("compile/cache_hits", 0) for s in steps)
+  load_s = sum(s.get("compile/cache_load_seconds", 0.0) for s in steps)
   return (f"| {label} | {wall:.0f} | {wall - in_steps:.0f} | {phases} | {compiles:.0f} ({compile_s:.0f} s) | "
-          f"{sum(s.get('compile/cache_hits', 0) for s in steps):.0f} |")
+          f"{hits:.0f} ({load_s:.0f} s) |")
 
 
 def step_rows(label: str, steps: list[dict]) -> list[str]:
@@ -84,7 +86,7 @@ def main():
   print(f"`{args.config}` on {args.cores} cores, runs in {root}; load average (1/5/15 min) before "
         f"{'/'.join(f'{x:.2f}' for x in load_before)}, after {'/'.join(f'{x:.2f}' for x in load_after)}\n")
   print("| run | wall s | outside steps s (start-up, load, summary) | generate s | sandbox s | reward s | update s "
-        "| XLA compiles (s) | cache hits |")
+        "| XLA compiles (s) | cache loads (s) |")
   print("|---|---|---|---|---|---|---|---|---|")
   for label, wall, steps in results:
     print(run_row(label, wall, steps))

@@ -8,8 +8,9 @@ first: step 1 compiles, and a trace of it is mostly compilation.
     python -m compassplay_jax.profiling runs/coding_demo/profile     # the 20 slowest programs and XLA ops
 
 The table reads the Perfetto trace that JAX writes beside the XProf files (plain gzipped JSON), so it
-needs no profiler plugin: total time per XLA op (fusions, dots, copies on CPU; kernels on GPU), its
-share of the traced wall time, and how often it ran.
+needs no profiler plugin: total time per compiled program and per XLA op (fusions, dots, copies on
+CPU; kernels on GPU), its share of the traced wall time, and how often it ran. In a multi-process
+run each process traces into <dir>/process_<i>.
 """
 from __future__ import annotations
 
@@ -57,6 +58,8 @@ def step_trace(profile_config, step: int, workdir, log=print):
     yield None
     return
   directory = trace_dir(profile_config, workdir)
+  if jax.process_count() > 1:  # each process writes its own files (host-named ones would collide on one host)
+    directory = directory / f"process_{jax.process_index()}"
   directory.mkdir(parents=True, exist_ok=True)
   options = jax.profiler.ProfileOptions()
   # No Python frames: they are py-spy's job, and a step's worth of them fills the trace buffer

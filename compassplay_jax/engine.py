@@ -221,7 +221,7 @@ class Engine:
       p_sh = self.param_shardings(params)
       def reference_gradient(p, t, lm, am):  # named: compile logs and profiles show the name
         return reference_lib.reference_gradient(self.graphdef, p, t, lm, am, micro_batch=mb)
-      return jax.jit(reference_gradient, in_shardings=(p_sh, self.rows, self.rows, self.rows), out_shardings=p_sh)
+      return sh.jit(reference_gradient, in_shardings=(p_sh, self.rows, self.rows, self.rows), out_shardings=p_sh)
     return self._cached(("reference", mb), build)
 
   def cosines(self, params, g_ref, tokens, loss_mask, attention_mask) -> cosines_lib.CosineResult:
@@ -241,7 +241,7 @@ class Engine:
       out = cosines_lib.CosineResult(cosines=self.rows, inner_products=self.rows, sq_norms=self.rows,
                                      ref_sq_norm=self.repl, has_loss_tokens=self.rows)
       # Nothing donated: outputs are (N,) vectors, and params / g_ref live on.
-      return jax.jit(gradient_cosines, in_shardings=(p_sh, p_sh, self.rows, self.rows, self.rows), out_shardings=out)
+      return sh.jit(gradient_cosines, in_shardings=(p_sh, p_sh, self.rows, self.rows, self.rows), out_shardings=out)
     return self._cached(("cosines", mb), build)
 
   def mean_loss(self, params, tokens, loss_mask, attention_mask):
@@ -256,7 +256,7 @@ class Engine:
     def build():
       def mean_loss(p, t, lm, am):
         return soar_lib.heldout_loss(self.graphdef, p, t, lm, am, micro_batch=mb)
-      return jax.jit(mean_loss, in_shardings=(self.param_shardings(params), self.rows, self.rows, self.rows),
+      return sh.jit(mean_loss, in_shardings=(self.param_shardings(params), self.rows, self.rows, self.rows),
                      out_shardings=self.repl)
     return self._cached(("mean_loss", mb), build)
 
@@ -279,7 +279,7 @@ class Engine:
       def soar_trained_heldout_loss(p, lr, t, lm, am, ht, hlm, ham):
         return soar_lib.trained_heldout_loss(self.graphdef, p, t, lm, am, ht, hlm, ham, steps=steps,
                                              learning_rate=lr, micro_batch=mb, batch_rows=batch_rows)
-      return jax.jit(soar_trained_heldout_loss, in_shardings=(self.param_shardings(params), self.repl) + (self.rows,) * 6,
+      return sh.jit(soar_trained_heldout_loss, in_shardings=(self.param_shardings(params), self.repl) + (self.rows,) * 6,
                      out_shardings=self.repl)
     return self._cached(("soar_trained", mb, int(steps), int(batch_rows)), build)
 
@@ -300,7 +300,7 @@ class Engine:
       def soar_trained_params(p, lr, t, lm, am):
         return soar_lib.inner_sgd(self.graphdef, p, t, lm, am, steps=steps, learning_rate=lr, micro_batch=mb,
                                   batch_rows=batch_rows)
-      return jax.jit(soar_trained_params, in_shardings=(p_sh, self.repl) + (self.rows,) * 3, out_shardings=p_sh)
+      return sh.jit(soar_trained_params, in_shardings=(p_sh, self.repl) + (self.rows,) * 3, out_shardings=p_sh)
     return self._cached(("soar_params", mb, int(steps), int(batch_rows)), build)
 
   def train_step(self, params, opt_state, batch, key):
@@ -475,7 +475,7 @@ class ShardedSampler:
       p_sh = sh.tree_shardings(params, self.mesh, self.head_dim)
       state = jax.eval_shape(fn, *args)
       in_sh = (p_sh,) + tuple(self._rows(_shape(x)) for x in args[1:5]) + (sh.replicated(self.mesh),)
-      self._cache[sig] = (jax.jit(fn, in_shardings=in_sh, out_shardings=decode_state_shardings(self.mesh, state)),
+      self._cache[sig] = (sh.jit(fn, in_shardings=in_sh, out_shardings=decode_state_shardings(self.mesh, state)),
                           in_sh)
     return self._cache[sig]
 
@@ -495,7 +495,7 @@ class ShardedSampler:
       p_sh = sh.tree_shardings(params, self.mesh, self.head_dim)
       s_sh = decode_state_shardings(self.mesh, state)
       in_sh = (p_sh, s_sh, sh.replicated(self.mesh), self._rows(_shape(host_done)))
-      self._cache[sig] = (jax.jit(fn, in_shardings=in_sh, out_shardings=s_sh, donate_argnums=(1,)), in_sh)
+      self._cache[sig] = (sh.jit(fn, in_shardings=in_sh, out_shardings=s_sh, donate_argnums=(1,)), in_sh)
     return self._cache[sig]
 
 

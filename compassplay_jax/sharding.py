@@ -12,6 +12,7 @@ reference gradient and optimizer moments (".../mu/layers.0.mlp.up_proj.kernel").
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from typing import Any, Callable, Mapping, Sequence
@@ -22,10 +23,10 @@ from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from compassplay_jax.errors import UserError
+from compassplay_jax.models.layout import BATCH_AXES  # the batch dimension is split over both data-parallel axes
 from compassplay_jax.models.tree_paths import path_str  # noqa: F401  (re-exported: sh.path_str)
 
 AXES = ("data", "fsdp", "tensor")
-BATCH_AXES = ("data", "fsdp")  # the batch dimension is split over both data-parallel axes
 
 # Parameter path pattern (regex, matched at the end of the path) -> PartitionSpec.
 # Dense kernels are (d_in, d_out). Column-parallel layers (q/k/v, gate/up, lm_head) split d_out over
@@ -276,6 +277,22 @@ def logical_spec(*names: str | None) -> P:
     if name is not None and name not in ACTIVATION_RULES:
       raise ShardingError(f"unknown logical axis {name!r} (known: {sorted(ACTIVATION_RULES)})")
   return P(*(None if n is None else ACTIVATION_RULES[n] for n in names))
+
+
+def jit(fn: Callable, **jit_kwargs) -> Callable:
+  """jax.jit(fn, **jit_kwargs), with fn traced on the mesh its in/out shardings name (JAX's abstract
+  mesh in context), so the model's activations keep their rows on the batch axes (models/layout.py).
+  With no NamedSharding among them, or a one-device mesh, plain jax.jit."""
+  mesh = next((s.mesh for key in ("in_shardings", "out_shardings")
+               for s in jax.tree.leaves(jit_kwargs.get(key)) if isinstance(s, NamedSharding)), None)
+  if mesh is None or mesh.size == 1:
+    return jax.jit(fn, **jit_kwargs)
+
+  @functools.wraps(fn)  # the program keeps fn's name in compile logs and profiles
+  def on_mesh(*args, **kwargs):
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+      return fn(*args, **kwargs)
+  return jax.jit(on_mesh, **jit_kwargs)
 
 
 def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:

@@ -358,6 +358,38 @@ def test_checkpoint_restores_onto_another_mesh(tmp_path):
       assert leaf.sharding.is_equivalent_to(want.sharding, leaf.ndim)
 
 
+# ---- rows stay on their devices ------------------------------------------------------------------------
+
+def collective_results(hlo_text: str) -> list[tuple[str, tuple[int, ...]]]:
+  """(op, per-device result shape) of every all-reduce / all-gather in a compiled (partitioned) module,
+  each array of a tuple-shaped one separately."""
+  import re
+  found = []
+  for m in re.finditer(r"= (\([^=]*?\)|\w+\[[\d,]*\])\S* (all-reduce|all-gather)(?:-start)?\(", hlo_text):
+    for dims in re.findall(r"\w+\[([\d,]*)\]", m.group(1)):
+      found.append((m.group(2), tuple(int(d) for d in dims.split(",") if d)))
+  return found
+
+
+@pytest.mark.parametrize("name", ["g_ref", "cos8", "train", "prefill", "decode"])
+def test_fsdp_programs_never_gather_activations_of_all_rows(name):
+  """Under FSDP each device runs only its rows: no collective of the compiled program carries a
+  micro-batch's activations of every row (a (rows, length, hidden...) result). Without the rows pinned to
+  the batch axes (models/layout.py) XLA took the embedding table's hidden split and all-reduced every
+  layer's activations and the full logits over all 8 devices (g_ref 4x slower on 8 simulated CPUs)."""
+  from compassplay_jax import memory_report
+  cfg, work = memory_report.tiny_workload(CONFIGS["llama_tied"])  # tied: the head reads the embedding table
+  lowered, _ = memory_report.lower_function(name, cfg, sh.make_mesh((1, 8, 1)), work)
+  lengths = {work.seq_len, work.sampler_prompt_len} | ({1} if name == "decode" else set())  # decode: a token a step
+  rows = {work.train_micro_batch, work.reward_micro_batch, work.sampler_rows}
+  results = collective_results(lowered.compile().as_text())
+  assert results, "no collectives: not an FSDP program"
+  # Per-token scalars (a loss mask's row sums, token counts) may be gathered; a token's hidden state may not.
+  activations = [(op, shape) for op, shape in results
+                 if len(shape) >= 3 and shape[0] in rows and shape[1] in lengths and math.prod(shape[2:]) >= 8]
+  assert not activations, activations[:5]
+
+
 # ---- ahead-of-time memory report ---------------------------------------------------------------------
 
 def test_memory_report_on_tiny_config():

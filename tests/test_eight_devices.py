@@ -30,7 +30,7 @@ pytestmark = pytest.mark.xdist_group("multiprocess")
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # Each case module and the number of cases it must pass: a case lost to a renamed parameter or a
 # module-level skip (fewer than 8 devices) fails here instead of passing unseen.
-CASES = {"tests/sharding_cases.py": 44, "tests/selfplay_mesh_cases.py": 5, "tests/sampling_mesh_cases.py": 5}
+CASES = {"tests/sharding_cases.py": 49, "tests/selfplay_mesh_cases.py": 5, "tests/sampling_mesh_cases.py": 5}
 # A hang ends with the child's output (CI's --timeout=1800 bounds the whole test; the cases take ~4-5 min on
 # 2 quiet cores, but much longer on a loaded machine).
 TIMEOUT_S = 1500

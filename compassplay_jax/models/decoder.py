@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from compassplay_jax.models import rope
+from compassplay_jax.models import layout, rope
 from compassplay_jax.models.config import ModelConfig
 from compassplay_jax.models.ops import DEFAULT_OPS, LayerOps
 
@@ -216,7 +216,8 @@ class Decoder(nnx.Module):
     allowed = (causal if causal.ndim == 3 else causal[None]) & (attention_mask[:, None, :] > 0)
 
     cos, sin = rope.rope_cos_sin(self.config, positions, dt)
-    x = ops.embed("embed_tokens", input_ids, self.embed_tokens[...]).astype(dt)
+    # Rows over the mesh's batch axes (compiled for a mesh): not the table's hidden split (layout.py).
+    x = layout.constrain_rows(ops.embed("embed_tokens", input_ids, self.embed_tokens[...]).astype(dt))
     new_cache = []
     chunk = self.config.attention_query_chunk  # static: a Python int from the (hashable) config
     # Instrumented ops (the fused cosines) address layers by name: they keep the per-layer loop.

@@ -18,6 +18,7 @@ import optax
 from flax import nnx
 
 from compassplay_jax import microbatch
+from compassplay_jax import sharding as sh
 from compassplay_jax.rl import losses, optim
 
 AGGREGATIONS = ("token_mean", "microbatch_token_mean")
@@ -218,7 +219,7 @@ def make_train_step(graphdef, cfg: TrainConfig, *, optimizer: optax.GradientTran
     jit_kwargs["in_shardings"] = in_shardings
   if out_shardings is not None:
     jit_kwargs["out_shardings"] = out_shardings
-  return jax.jit(train_step, donate_argnums=(0, 1) if donate else (), **jit_kwargs)
+  return sh.jit(train_step, donate_argnums=(0, 1) if donate else (), **jit_kwargs)
 
 
 class StepShardings(NamedTuple):
@@ -253,7 +254,7 @@ def make_bucketed_train_step(graphdef, cfg: TrainConfig, *, optimizer: optax.Gra
     jit_acc = dict(in_shardings=(p, p, repl, rows, repl), out_shardings=(p, repl))
     jit_update = dict(in_shardings=(p, o, p, repl), out_shardings=(p, o, repl))
     jit_zeros = dict(in_shardings=(p,), out_shardings=(p, repl))
-  accumulate = jax.jit(accumulate, donate_argnums=(1, 2), **jit_acc)
+  accumulate = sh.jit(accumulate, donate_argnums=(1, 2), **jit_acc)
   update = jax.jit(_update_fn(cfg, optimizer), donate_argnums=(0, 1), **jit_update)
   zeros = jax.jit(_zero_accumulators, **jit_zeros)
 
@@ -297,7 +298,7 @@ def make_train_logprob_fn(graphdef, cfg: TrainConfig, *, in_shardings: Any = Non
     jit_kwargs["in_shardings"] = in_shardings
   if out_shardings is not None:
     jit_kwargs["out_shardings"] = out_shardings
-  return jax.jit(fn, **jit_kwargs)
+  return sh.jit(fn, **jit_kwargs)
 
 
 def make_logprob_fn(graphdef, *, temperature: float = 1.0, micro_batch_size: int | None = None,
@@ -324,4 +325,4 @@ def make_logprob_fn(graphdef, *, temperature: float = 1.0, micro_batch_size: int
     jit_kwargs["in_shardings"] = in_shardings
   if out_shardings is not None:
     jit_kwargs["out_shardings"] = out_shardings
-  return jax.jit(logprob_fn, **jit_kwargs)
+  return sh.jit(logprob_fn, **jit_kwargs)

@@ -325,7 +325,7 @@ class SlotPrograms:
         return jax.jit(fn)
       rows = self._rows((input_ids, prompt_mask, requests))
       ins = (self.param_shardings(params), *rows, sh.replicated(self.mesh))
-      return _HostArgsPlaced(jax.jit(fn, in_shardings=ins, out_shardings=self._rows(jax.eval_shape(fn, *args))), ins)
+      return _HostArgsPlaced(sh.jit(fn, in_shardings=ins, out_shardings=self._rows(jax.eval_shape(fn, *args))), ins)
     sig = (graphdef, tuple(sorted(static.items())), tuple(_shape(x) for x in jax.tree.leaves(args)))
     return self._jit("prefill_prompts", sig, build)(*args)
 
@@ -362,7 +362,7 @@ class SlotPrograms:
       s_sh = self._rows(state)
       out = jax.eval_shape(fn, params, state, host_done, refill_at)
       ins = (self.param_shardings(params), s_sh, self._rows(host_done), sh.replicated(self.mesh))
-      return _HostArgsPlaced(jax.jit(fn, in_shardings=ins, out_shardings=(s_sh, self._rows(out[1])),
+      return _HostArgsPlaced(sh.jit(fn, in_shardings=ins, out_shardings=(s_sh, self._rows(out[1])),
                                      donate_argnums=(1,)), ins)
     sig = (graphdef, tuple(sorted(static.items())),
            tuple(_shape(x) for x in jax.tree.leaves((params, state, host_done, refill_at))))

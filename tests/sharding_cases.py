@@ -371,23 +371,38 @@ def collective_results(hlo_text: str) -> list[tuple[str, tuple[int, ...]]]:
   return found
 
 
-@pytest.mark.parametrize("name", ["g_ref", "cos8", "train", "prefill", "decode"])
-def test_fsdp_programs_never_gather_activations_of_all_rows(name):
-  """Under FSDP each device runs only its rows: no collective of the compiled program carries a
-  micro-batch's activations of every row (a (rows, length, hidden...) result). Without the rows pinned to
-  the batch axes (models/layout.py) XLA took the embedding table's hidden split and all-reduced every
-  layer's activations and the full logits over all 8 devices (g_ref 4x slower on 8 simulated CPUs)."""
+def fsdp8_collectives(name: str):
+  """(the tiny tied model and workload, the collectives of function `name` compiled on fsdp=8)."""
   from compassplay_jax import memory_report
   cfg, work = memory_report.tiny_workload(CONFIGS["llama_tied"])  # tied: the head reads the embedding table
   lowered, _ = memory_report.lower_function(name, cfg, sh.make_mesh((1, 8, 1)), work)
-  lengths = {work.seq_len, work.sampler_prompt_len} | ({1} if name == "decode" else set())  # decode: a token a step
-  rows = {work.train_micro_batch, work.reward_micro_batch, work.sampler_rows}
   results = collective_results(lowered.compile().as_text())
   assert results, "no collectives: not an FSDP program"
+  return cfg, work, results
+
+
+@pytest.mark.parametrize("name", ["g_ref", "cos8", "train", "prefill"])
+def test_fsdp_passes_never_gather_activations_of_all_rows(name):
+  """Under FSDP each device runs only its rows of a pass over whole sequences: no collective carries a
+  micro-batch's activations of every row (a (rows, length, hidden...) result). Without the rows pinned
+  to the batch axes (models/layout.py) XLA took the embedding table's hidden split and all-reduced
+  every layer's activations and the full logits over all 8 devices (g_ref 4x slower on 8 simulated CPUs)."""
+  _, work, results = fsdp8_collectives(name)
+  lengths = {work.seq_len, work.sampler_prompt_len}
+  rows = {work.train_micro_batch, work.reward_micro_batch, work.sampler_rows}
   # Per-token scalars (a loss mask's row sums, token counts) may be gathered; a token's hidden state may not.
   activations = [(op, shape) for op, shape in results
                  if len(shape) >= 3 and shape[0] in rows and shape[1] in lengths and math.prod(shape[2:]) >= 8]
   assert not activations, activations[:5]
+
+
+def test_fsdp_decode_step_moves_activations_not_weights():
+  """A decode step (one token a row) is the other way round: its few activations cross devices and the
+  weights stay put. With the rows pinned there too, every step all-gathered every weight matrix (the
+  paper coding mesh, TPU compiler: 0.03 -> 1.8 GB over the links per step), so the pin skips it."""
+  cfg, _, results = fsdp8_collectives("decode")
+  largest = max(results, key=lambda r: math.prod(r[1]))
+  assert math.prod(largest[1]) < cfg.hidden_size ** 2, largest  # a (d, d) weight or more: a gathered weight
 
 
 # ---- ahead-of-time memory report ---------------------------------------------------------------------

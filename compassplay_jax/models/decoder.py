@@ -216,8 +216,12 @@ class Decoder(nnx.Module):
     allowed = (causal if causal.ndim == 3 else causal[None]) & (attention_mask[:, None, :] > 0)
 
     cos, sin = rope.rope_cos_sin(self.config, positions, dt)
-    # Rows over the mesh's batch axes (compiled for a mesh): not the table's hidden split (layout.py).
-    x = layout.constrain_rows(ops.embed("embed_tokens", input_ids, self.embed_tokens[...]).astype(dt))
+    x = ops.embed("embed_tokens", input_ids, self.embed_tokens[...]).astype(dt)
+    if cache is None or t > 1:
+      # A pass over whole sequences (train, g_ref, cosines, prefill): its rows over the mesh's batch
+      # axes, not the table's hidden split (layout.py). A decode step (one token a row) is left to the
+      # propagation: there the weights stay put and the few activations move (layout.py).
+      x = layout.constrain_rows(x)
     new_cache = []
     chunk = self.config.attention_query_chunk  # static: a Python int from the (hashable) config
     # Instrumented ops (the fused cosines) address layers by name: they keep the per-layer loop.

@@ -1,11 +1,13 @@
 """Where the model's activations lie on a device mesh: rows over the mesh's batch axes.
 
 The model knows no mesh. Code that compiles it for one (sharding.jit) traces it with that mesh as
-JAX's abstract mesh in context; `constrain_rows` then pins the embeddings' rows to the batch axes.
-Without the pin, XLA's sharding propagation can take the layout of the embedding table instead
-(hidden dim over `fsdp`, sharding.PARAM_RULES): under FSDP every device then runs every row of the
-micro-batch on its slice of the hidden dim and all-reduces the activations and the full (B, T, V)
-logits, ~4x slower on 8 simulated devices (docs/sharding.md, "Rows stay on their devices").
+JAX's abstract mesh in context; `constrain_rows` then pins the embeddings' rows to the batch axes in
+passes over whole sequences. Without the pin, XLA's sharding propagation can take the layout of the
+embedding table instead (hidden dim over `fsdp`, sharding.PARAM_RULES): under FSDP every device then
+holds every row of the micro-batch on its slice of the hidden dim and all-reduces the activations
+and the full (B, T, V) logits (g_ref ~4x slower on 8 simulated devices; the paper's train micro-batch
+3x the link bytes on TPU). A decode step (one token a row) is not pinned: there moving the few
+activations beats gathering the weights every step (docs/sharding.md, "Rows stay on their devices").
 """
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ JAX fixes its device count when it is imported, and this process's jax has one C
 cases live in modules without the test_ prefix (the main run does not collect them) and run here,
 all in one child pytest process with XLA_FLAGS=--xla_force_host_platform_device_count=8:
   tests/sharding_cases.py       rules and shard shapes, logits / gradients, g_ref and cosines, train
-                                steps, greedy sampling, HF loading, cross-mesh restore, memory reports
+                                steps, greedy sampling, HF loading, cross-mesh restore, memory reports,
+                                the FSDP programs' collectives (rows stay on their devices)
   tests/selfplay_mesh_cases.py  a full coding step on four meshes, and the main command on (2, 2, 2)
   tests/sampling_mesh_cases.py  the continuous engine on three meshes
 One process imports jax, builds the tiny models and starts the sandbox once, and its programs share

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any
 
 import jax
@@ -86,6 +87,25 @@ def tiny_workload(model: ModelConfig | None = None) -> tuple[ModelConfig, Worklo
                              attention_bias=True)
   return cfg, Workload("tiny", train_batch=16, train_micro_batch=8, seq_len=32, reward_candidates=8,
                        reward_micro_batch=8, reference_size=8, sampler_rows=8, prompt_len=16, max_new_tokens=16)
+
+
+# A collective of a compiled SPMD module's text: its result type (one array or a tuple) and the op.
+_COLLECTIVE = re.compile(r"=\s*(\([^=]*\)|\w+\[[^\]]*\])\S*\s+(all-gather|all-reduce|reduce-scatter|all-to-all|"
+                         r"collective-permute)\(")
+_ARRAY = re.compile(r"(\w+)\[([\d,]*)\]")
+
+
+def hlo_collectives(hlo_text: str) -> list[tuple[str, list[tuple[str, tuple[int, ...]]], str]]:
+  """(op, [(dtype, per-device shape) of each array of its result], its line) of every collective in a
+  compiled (partitioned) module's text: what experiments/step_time.py prices and the 8-device tests
+  read."""
+  found = []
+  for line in hlo_text.splitlines():
+    m = _COLLECTIVE.search(line)
+    if m:
+      arrays = [(t, tuple(int(d) for d in dims.split(",") if d)) for t, dims in _ARRAY.findall(m.group(1))]
+      found.append((m.group(2), arrays, line))
+  return found
 
 
 def per_device_bytes(tree) -> int:

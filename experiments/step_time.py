@@ -138,9 +138,6 @@ def plan_units(plan, work0, config, prompt_bucket: int, rows: int, mean_tokens: 
   return units
 
 
-_COLLECTIVE = re.compile(r"=\s*(\([^=]*\)|\w+\[[^\]]*\])\S*\s+(all-gather|all-reduce|reduce-scatter|all-to-all|"
-                         r"collective-permute)\(")
-_ARRAY = re.compile(r"(\w+)\[([\d,]*)\]")
 _BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4,
           "f64": 8, "s64": 8, "u64": 8}
 
@@ -163,14 +160,10 @@ def collective_bytes(hlo_text: str, devices: int) -> tuple[float, dict]:
   """Bytes one device sends over the links in a compiled SPMD program (each op once, loops as
   XLA's cost analysis counts them): ring all-gather (n-1)/n x output, all-reduce 2(n-1)/n x size,
   reduce-scatter (n-1) x output, all-to-all (n-1)/n, collective-permute its output."""
+  from compassplay_jax import memory_report as mr  # here: jax is imported after the device flags are set
   total, counts = 0.0, {}
-  for line in hlo_text.splitlines():
-    m = _COLLECTIVE.search(line)
-    if not m:
-      continue
-    op = m.group(2)
-    size = sum(_BYTES.get(t, 4) * math.prod(int(d) for d in dims.split(",") if d)
-               for t, dims in _ARRAY.findall(m.group(1)))
+  for op, arrays, line in mr.hlo_collectives(hlo_text):
+    size = sum(_BYTES.get(t, 4) * math.prod(dims) for t, dims in arrays)
     n = max(_group_size(line, devices), 1)
     factor = {"all-gather": (n - 1) / n, "all-reduce": 2 * (n - 1) / n, "reduce-scatter": n - 1,
               "all-to-all": (n - 1) / n, "collective-permute": 1.0}[op]

@@ -360,24 +360,15 @@ def test_checkpoint_restores_onto_another_mesh(tmp_path):
 
 # ---- rows stay on their devices ------------------------------------------------------------------------
 
-def collective_results(hlo_text: str) -> list[tuple[str, tuple[int, ...]]]:
-  """(op, per-device result shape) of every all-reduce / all-gather in a compiled (partitioned) module,
-  each array of a tuple-shaped one separately."""
-  import re
-  found = []
-  for m in re.finditer(r"= (\([^=]*?\)|\w+\[[\d,]*\])\S* (all-reduce|all-gather)(?:-start)?\(", hlo_text):
-    for dims in re.findall(r"\w+\[([\d,]*)\]", m.group(1)):
-      found.append((m.group(2), tuple(int(d) for d in dims.split(",") if d)))
-  return found
-
-
 def fsdp8_collectives(name: str):
-  """(the tiny tied model and workload, the collectives of function `name` compiled on fsdp=8)."""
+  """(the tiny tied model and workload, (op, per-device shape) of each array of every all-reduce and
+  all-gather of function `name` compiled on fsdp=8)."""
   from compassplay_jax import memory_report
   cfg, work = memory_report.tiny_workload(CONFIGS["llama_tied"])  # tied: the head reads the embedding table
   lowered, _ = memory_report.lower_function(name, cfg, sh.make_mesh((1, 8, 1)), work)
-  results = collective_results(lowered.compile().as_text())
-  assert results, "no collectives: not an FSDP program"
+  results = [(op, shape) for op, arrays, _ in memory_report.hlo_collectives(lowered.compile().as_text())
+             if op in ("all-reduce", "all-gather") for _, shape in arrays]
+  assert results, "no all-reduce or all-gather: not an FSDP program"
   return cfg, work, results
 
 

@@ -219,8 +219,8 @@ class Decoder(nnx.Module):
     x = ops.embed("embed_tokens", input_ids, self.embed_tokens[...]).astype(dt)
     if cache is None or t > 1:
       # A pass over whole sequences (train, g_ref, cosines, prefill): its rows over the mesh's batch
-      # axes, not the table's hidden split (layout.py). A decode step (one token a row) is left to the
-      # propagation: there the weights stay put and the few activations move (layout.py).
+      # axes, not the table's hidden split. A decode step (one token a row) is left to the propagation:
+      # there the weights stay put and the few activations move (layout.py).
       x = layout.constrain_rows(x)
     new_cache = []
     chunk = self.config.attention_query_chunk  # static: a Python int from the (hashable) config

@@ -10,11 +10,12 @@ Two layouts:
 `old_logprobs[., t]` is the sampler's log-prob of the token in that column. Lengths are rounded up
 to buckets so a run compiles a few shapes only.
 
-`pack_by_length` packs the policy update's rows by their real length instead: rows are grouped by
-(prompt bucket, completion bucket) over the coarser TRAIN_BUCKETS, and each group is cut into
-micro-batches of the power-of-two row count that fits a token budget, so a short solver row is not
-padded to a long proposer row and each bucket pair is one compiled shape, reused across steps (a
-forward/backward compile costs as much as several passes, so shapes are kept few on purpose).
+`pack_by_length` packs the policy update's rows by their real length instead: longest first, each
+micro-batch takes the (prompt bucket, completion bucket) of its first row over the coarser
+TRAIN_BUCKETS and the power-of-two row count that fits a token budget, so a short solver row is not
+padded to a long proposer row, and only the last micro-batch of an update is short of rows. Shapes
+come from bucket pairs and power-of-two row counts, reused across steps (a forward/backward compile
+costs as much as several passes, so shapes are kept few on purpose).
 """
 from __future__ import annotations
 
@@ -129,32 +130,60 @@ def _pow2_at_most(n: int) -> int:
   return 1 << (max(n, 1).bit_length() - 1)
 
 
+def _pow2_at_least(n: int) -> int:
+  return 1 << (max(n, 1) - 1).bit_length()
+
+
+def length_groups(lengths: Sequence[tuple[int, int]], token_budget: int, *, max_len: int | None = None,
+                  buckets: Sequence[int] = TRAIN_BUCKETS) -> list[tuple[list[int], int, tuple[int, int]]]:
+  """pack_by_length's micro-batches from the rows' (prompt, completion) lengths alone: (row indices, rows
+  of the micro-batch, its (prompt columns, completion columns)) each, in pack_by_length's order.
+
+  Rows go longest first (completion bucket, then prompt bucket): a micro-batch takes the next rows, as
+  many as the largest power of two whose (rows x (widest prompt bucket + the first row's completion
+  bucket)) fits token_budget (at least one), so its shape is a bucket pair and a power of two; the last
+  one holds the smallest power of two that fits the rows left. Each
+  micro-batch is (rows, prompt + completion columns) tokens: experiments/step_time.py prices a packed
+  update with it.
+  """
+  if token_budget <= 0:
+    raise ValueError(f"pack_by_length: token_budget must be positive, got {token_budget}")
+  bucketed = []
+  for p, c in lengths:
+    p, c = truncated_lengths(p, c, max_len)
+    bucketed.append((bucket(p, buckets), bucket(max(c, 1), buckets)))
+  order = sorted(range(len(lengths)), key=lambda i: (-bucketed[i][1], -bucketed[i][0], i))
+  out, start = [], 0
+  while start < len(order):
+    completion_len = bucketed[order[start]][1]  # the longest left
+    rows = _pow2_at_most(token_budget // (bucketed[order[start]][0] + completion_len))
+    while True:  # the most rows whose widest prompt still fits the budget (at least one)
+      prompt_len = max(bucketed[i][0] for i in order[start:start + rows])
+      if rows == 1 or rows * (prompt_len + completion_len) <= token_budget:
+        break
+      rows //= 2
+    chunk = order[start:start + rows]
+    out.append((chunk, min(rows, _pow2_at_least(len(chunk))), (prompt_len, completion_len)))
+    start += len(chunk)
+  return out
+
+
 def pack_by_length(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int,
                    logprobs: Sequence[Sequence[float]], completion_masks: Sequence[Sequence[float]], *,
                    token_budget: int, max_len: int | None = None,
                    buckets: Sequence[int] = TRAIN_BUCKETS) -> list[tuple[list[int], PackedBatch]]:
-  """Completion-window micro-batches of rows with the same (prompt, completion) length buckets.
+  """Completion-window micro-batches of rows of similar lengths, longest first (length_groups: a
+  micro-batch's shape depends on its bucket pair only).
 
-  Returns (row indices, PackedBatch) pairs covering every row once. A micro-batch holds the largest
-  power of two <= token_budget / padded row length rows (at least one), padding rows included, so its
-  shape depends on the bucket pair only.
+  Returns (row indices, PackedBatch) pairs covering every row once.
   """
   if not len(prompts) == len(completions) == len(logprobs) == len(completion_masks):
     raise ValueError(f"pack_by_length: {len(prompts)} prompts, {len(completions)} completions, "
                      f"{len(logprobs)} logprob lists and {len(completion_masks)} masks")
-  if token_budget <= 0:
-    raise ValueError(f"pack_by_length: token_budget must be positive, got {token_budget}")
-  groups: dict[tuple[int, int], list[int]] = {}
-  for i, (p, c) in enumerate(zip(prompts, completions)):
-    p, c, _, _ = _truncate(list(p), list(c), list(logprobs[i]), list(completion_masks[i]), max_len)
-    groups.setdefault((bucket(len(p), buckets), bucket(max(len(c), 1), buckets)), []).append(i)
-  out = []
-  for (prompt_len, completion_len), idx in sorted(groups.items()):
-    rows = _pow2_at_most(token_budget // (prompt_len + completion_len))
-    for start in range(0, len(idx), rows):
-      chunk = idx[start:start + rows]
-      out.append((chunk, pack([prompts[i] for i in chunk], [completions[i] for i in chunk], pad_id,
-                              [logprobs[i] for i in chunk], row_multiple=rows, max_len=max_len,
-                              completion_window=True, completion_masks=[completion_masks[i] for i in chunk],
-                              buckets=buckets)))
-  return out
+  lengths = [(len(p), len(c)) for p, c in zip(prompts, completions)]
+  return [(chunk, pack([prompts[i] for i in chunk], [completions[i] for i in chunk], pad_id,
+                       [logprobs[i] for i in chunk], row_multiple=rows, max_len=max_len, completion_window=True,
+                       completion_masks=[completion_masks[i] for i in chunk], buckets=buckets,
+                       shape=(prompt_len, completion_len + 1)))
+          for chunk, rows, (prompt_len, completion_len)
+          in length_groups(lengths, token_budget, max_len=max_len, buckets=buckets)]

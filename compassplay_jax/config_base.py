@@ -193,8 +193,9 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
       "learning_rate", "warmup_steps", "schedule", "weight_decay", "b1", "b2", "grad_clip", "clip_eps_low",
       "clip_eps_high", "entropy_coef", "kl_coef")))
   config.train.micro_batch_size = 8  # rows per forward/backward (TrainConfig's None = the whole batch)
-  # 0: rows padded to one shape, micro_batch_size rows per pass. > 0 (one device): rows packed by
-  # their real length into micro-batches of about this many tokens (same update, less padding).
+  # 0: rows padded to one shape, micro_batch_size rows per pass. > 0: rows packed by their real length
+  # into micro-batches of at most this many tokens (same update, less padding; on any mesh, each
+  # process placing its share of every micro-batch). The paper configs: pack_update_rows.
   config.train.micro_batch_tokens = 0
   # A fresh optimizer state (moments, step count, schedule) at the start of every step's update, as
   # SGS builds a new trainer each iteration (configs/lean.py); warmup_steps then count within the step.
@@ -283,6 +284,17 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.lean.train_batch_size = 32  # rows per optimizer step; 0 = one step over all rows
   config.lean.epochs_per_iteration = 1
   return config
+
+
+def pack_update_rows(config) -> None:
+  """Rows packed by length in the update, at most one padded micro-batch's tokens per pass
+  (micro_batch_size x train_sequence_len), so no pass holds more than the micro-batch the memory
+  tables measured (docs/sharding.md). The update is the batch's token mean either way
+  (tests/test_bucketed_update.py): packing saves the padding only (AZR's veRL trains without padding:
+  docs/training.md). In experiments/step_time.py's estimate it takes the paper coding update from 3.0
+  to 1.0 min a step on v5p-8, and Lean's from 22.7 to 8.4 (docs/sharding.md).
+  Call it after the micro-batch size is final."""
+  config.train.micro_batch_tokens = config.train.micro_batch_size * train_sequence_len(config)
 
 
 def tensor_parallel_7b(config) -> None:

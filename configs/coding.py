@@ -70,6 +70,9 @@ def get_config(arg: str = ""):
   # averages token means of micro-batches of 16, ppo_micro_batch_size_per_gpu, §5.3.)
   if variant == "paper":  # the small variants below keep one device's mesh
     config_base.tensor_parallel_7b(config)
+    # Rows packed by length, at most a padded micro-batch's 2 x 14240 tokens per pass: the update's 384
+    # rows average ~3,000 tokens, and padding them to the longest costs ~3x the passes (docs/sharding.md).
+    config_base.pack_update_rows(config)
 
   config.checkpoint.every_steps = 10  # AZR: save_freq = 10 (§5.4)
   # paper: greedy evaluation every 5 steps; its numbers average the 11 evaluations at steps 150-200,

@@ -133,4 +133,9 @@ def get_config(arg: str = ""):
     config_base.tensor_parallel_7b(config)
   elif variant != "paper":
     raise ValueError(f"configs/lean.py: unknown variant {variant!r} (known: paper, 80gb, demo, tiny)")
+  if variant in ("paper", "80gb"):
+    # Rows packed by length, at most a padded micro-batch's tokens per pass: SGS's kept proofs are short
+    # beside the 8192-token cap, and padding every row to the longest costs most of the update
+    # (docs/sharding.md, "Lean iteration"). The update is the same token mean (config_base.pack_update_rows).
+    config_base.pack_update_rows(config)
   return config

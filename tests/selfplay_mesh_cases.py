@@ -132,7 +132,7 @@ def test_main_on_a_2x2x2_mesh_matches_one_device(tmp_path, monkeypatch, capsys):
 
   from compassplay_jax import main as main_lib
   from compassplay_jax.selfplay.run import run
-  # Both runs pad rows to one shape (packing by length is a single-device path; test_bucketed_update.py).
+  # Both runs pad rows to one shape (packing by length across processes: tests/test_multihost_selfplay.py).
   # The scripted coder's short sequences (shorter passes over the 49k vocabulary), in both runs.
   config = _config("coding:tiny", **{"steps": 1, "train.micro_batch_size": 4, "train.micro_batch_tokens": 0,
                                      **SHORT_SEQUENCES})

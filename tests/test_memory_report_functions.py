@@ -142,6 +142,10 @@ def test_paper_workloads_are_the_paper_configs(workload, config_file, variant):
   assert (work.sampler_prompt_len, work.sampler_new_tokens) == (config.sampling.max_prompt_tokens,
                                                                  config.sampling.max_new_tokens)
   assert config.model.remat and config.model.attention_query_chunk == 1024 and config.model.scan_layers
+  # Rows packed by length (config_base.pack_update_rows): no pass holds more tokens than a padded
+  # micro-batch at the longest row the config allows.
+  assert config.train.micro_batch_tokens == micro_batch * (config.sampling.max_prompt_tokens +
+                                                           config.sampling.max_new_tokens)
 
 
 @pytest.mark.parametrize("config_file", ["configs/coding.py", "configs/lean.py"])

@@ -176,6 +176,7 @@ class StepPlan:
   train_rows: int             # rows per train micro-batch
   optimizer_steps: int
   logprob_passes: int = 0     # train micro-batches whose old log-probs are recomputed by a forward pass
+  update_chunks: tuple[int, ...] = ()  # rows of each optimizer step, in order
   notes: tuple[str, ...] = ()
 
   @property
@@ -203,6 +204,18 @@ def _update_counts(config, chunks: Sequence[int], micro: int) -> tuple[int, int]
   after the first gets a forward pass per micro-batch first, the first uses its own forward)."""
   per_chunk = [-(-n // micro) for n in chunks]
   return sum(per_chunk), (sum(per_chunk[1:]) if _recomputes(config) else 0)
+
+
+def packed_update_tokens(chunks: Sequence[Sequence[tuple[int, int]]], token_budget: int, max_len: int | None,
+                         batch_divisor: int) -> int:
+  """Tokens the passes of a packed update hold (train.micro_batch_tokens > 0): each optimizer step's rows,
+  given as (prompt, completion) lengths, packed by length (selfplay/sequences.length_groups, as
+  step.update_params packs them), each micro-batch's rows padded to a multiple of the mesh's batch
+  divisor (engine.bucketed_train_step)."""
+  from compassplay_jax.selfplay.sequences import length_groups
+  return sum(_round_up(rows, batch_divisor) * (prompt + completion)
+             for lengths in chunks
+             for _, rows, (prompt, completion) in length_groups(lengths, token_budget, max_len=max_len))
 
 
 def reward_micro_batch(config_micro_batch: int, rows: int, batch_divisor: int) -> int:
@@ -264,7 +277,7 @@ def coding_step_plan(config, batch_divisor: int, *, valid_fraction: float = 1.0,
       g_ref_passes=-(-ref_rows // g_mb) if uses_cos else 0, g_ref_rows=g_mb,
       cosine_passes=-(-valid // cos_mb) if uses_cos else 0, cosine_rows=cos_mb,
       train_micro_batches=micro_batches, train_rows=train_mb, optimizer_steps=k, logprob_passes=logprob_passes,
-      notes=tuple(notes))
+      update_chunks=tuple(chunks), notes=tuple(notes))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -322,7 +335,7 @@ def lean_iteration_plan(config, batch_divisor: int, outcomes: LeanOutcomes = Lea
       g_ref_passes=eligible if uses_cos else 0, g_ref_rows=one_row,
       cosine_passes=eligible if uses_cos else 0, cosine_rows=one_row,
       train_micro_batches=micro_batches, train_rows=train_mb, optimizer_steps=steps, logprob_passes=logprob_passes,
-      notes=notes)
+      update_chunks=tuple(chunks), notes=notes)
 
 
 def check_seconds(batch: CheckBatch, job_s: float, timeout_fraction: float, timeout_s: float) -> float:

@@ -244,6 +244,28 @@ def decode_schedule(plan, mean: float, sigma: float, cap: int, rows: int, slot_c
   return out
 
 
+def packed_update_share(plan, config, divisor: int, train_len: int, prompt_bucket: int, mean: float, sigma: float,
+                        cap: int, trials: int, seed: int) -> float:
+  """Tokens of the packed update (train.micro_batch_tokens > 0; step_time_model.packed_update_tokens)
+  over those of its padded micro-batches (plan.train_micro_batches of plan.train_rows x train_len),
+  averaged over `trials` draws of the rows' completion lengths (prompts at the bucket); 1.0 when the
+  config pads every row to one shape."""
+  import numpy as np
+  from compassplay_jax import config_base
+  from compassplay_jax import step_time_model as stm
+  budget = config.train.get("micro_batch_tokens", 0)
+  if budget <= 0 or not plan.update_chunks:
+    return 1.0
+  rng = np.random.default_rng(seed + 1)
+  padded = plan.train_micro_batches * plan.train_rows * train_len
+  shares = []
+  for _ in range(trials):
+    chunks = [[(prompt_bucket, int(c)) for c in stm.lognormal_lengths(n, mean, sigma, cap, rng)]
+              for n in plan.update_chunks]
+    shares.append(stm.packed_update_tokens(chunks, budget, config_base.train_sequence_len(config), divisor) / padded)
+  return min(1.0, float(np.mean(shares)))
+
+
 # ---- tables -------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass
@@ -276,9 +298,12 @@ def decode_figures(f: dict, weight_scale: float = 1.0) -> dict:
 
 
 def setting_rows(plan, units, figures, sched, checks, hardware, eff, rows, schedules,
-                 attention_flops_per_entry: float, continuous_weight_scale: float = 1.0) -> list[Row]:
+                 attention_flops_per_entry: float, continuous_weight_scale: float = 1.0,
+                 update_share: float = 1.0) -> list[Row]:
   """The per-phase rows of one setting (decode: one row per schedule, alternatives).
-  attention_flops_per_entry: per device, a decode step's attention FLOPs per cache entry it reads."""
+  attention_flops_per_entry: per device, a decode step's attention FLOPs per cache entry it reads.
+  update_share: the update's tokens over those of its padded micro-batches (packed_update_share); its
+  train and log-prob passes count as that share of the padded ones."""
   from compassplay_jax import step_time_model as stm
   out = []
 
@@ -311,11 +336,12 @@ def setting_rows(plan, units, figures, sched, checks, hardware, eff, rows, sched
     device_row("reward", "fused cosines micro-batch", figures["cosines"], plan.cosine_passes, units["cosines"].shapes)
   if plan.logprob_passes:  # a forward pass: a quarter of the remat train micro-batch (forward, recompute, 2x backward)
     quarter = {k: figures["train"][k] / 4 for k in ("flops", "bytes", "link_bytes")}
-    device_row("update", "old log-probs, forward (1/4 of a train micro-batch)", quarter, plan.logprob_passes,
-               units["train"].shapes)
+    device_row("update", "old log-probs, forward (1/4 of a train micro-batch)", quarter,
+               plan.logprob_passes * update_share, units["train"].shapes)
+  packed = f"; rows packed by length: {update_share:.2f} of the padded tokens" if update_share < 1 else ""
   device_row("update", f"train micro-batch ({plan.optimizer_steps} optimizer step"
-             f"{'s' if plan.optimizer_steps != 1 else ''})", figures["train"], plan.train_micro_batches,
-             units["train"].shapes)
+             f"{'s' if plan.optimizer_steps != 1 else ''}{packed})", figures["train"],
+             plan.train_micro_batches * update_share, units["train"].shapes)
   return out
 
 
@@ -394,9 +420,10 @@ def obstacles(plan, units, rows_out, tot, hardware, eff, config, checks, check_m
     lever(f"{cont_label} -> {wide_label}", "decode", t["decode"][cont] - t["decode"][wide])
     train_len = units["train"].length
     real = min(train_len, prompt_bucket + mean)
-    lever(f"update rows padded to the batch's longest row ({train_len} tokens, mean row ~{real:.0f}): rows packed by "
-          "length (train.micro_batch_tokens; one device only today), FLOPs taken as proportional to length",
-          "update", left["update"] * (1 - real / train_len))
+    if not config.train.get("micro_batch_tokens", 0):  # else the update rows above are packed already
+      lever(f"update rows padded to the batch's longest row ({train_len} tokens, mean row ~{real:.0f}): rows packed "
+            "by length (train.micro_batch_tokens), FLOPs taken as proportional to length",
+            "update", left["update"] * (1 - real / train_len))
     if plan.setting == "lean":
       pooled = sum(secs for _, secs in checks)
       many = dataclasses.replace(plan.checks[0], groups=1, jobs_per_group=plan.checks[0].jobs, workers=4224)
@@ -501,8 +528,15 @@ def main(argv=None):
     # q.k and p.v: 2 x 2 x heads x head_dim FLOPs per cache entry and layer, split over the mesh
     per_entry = 4 * cfg.num_attention_heads * cfg.head_dim * cfg.num_hidden_layers / mesh.size
     halved = config.model.param_dtype == "float32" and config.model.dtype == "bfloat16"
+    share = packed_update_share(plan, config, divisor, units["train"].length, bucket, mean, args.sigma, cap,
+                                args.trials, args.seed)
+    if share < 1:
+      notes.append(f"update: rows packed by length into micro-batches of at most train.micro_batch_tokens = "
+                   f"{config.train.micro_batch_tokens} tokens (prompts at the bucket, completions drawn as above): "
+                   f"{share:.2f} of the tokens of {plan.train_micro_batches} padded micro-batches of "
+                   f"{units['train'].shapes}, each pass's figures taken as proportional to its tokens")
     rows_out = setting_rows(plan, units, figures, sched, checks, hardware, eff, rows, schedules, per_entry,
-                            0.5 if halved else 1.0)
+                            0.5 if halved else 1.0, share)
     print_setting(name, spec, plan, sched, rows_out, hardware, backend, notes, schedules)
     tot = totals(rows_out, hardware, schedules)
     budget = PAPER_BUDGET.get(name) if not args.tiny else None

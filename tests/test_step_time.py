@@ -134,6 +134,9 @@ def test_coding_paper_step_plan():
   assert (plan.g_ref_passes, plan.g_ref_rows) == (32 // 2, 2)
   assert (plan.cosine_passes, plan.cosine_rows) == (192 // 2, 2)
   assert (plan.train_micro_batches, plan.train_rows, plan.optimizer_steps, plan.logprob_passes) == (384 // 2, 2, 1, 0)
+  assert plan.update_chunks == (384,)
+  # config_base.pack_update_rows: rows packed by length, at most one padded micro-batch's tokens a pass
+  assert config.train.micro_batch_tokens == 2 * (6144 + 8096)
   config.train.ppo_mini_batches = 5  # coding.ppo_mini_batches: 384 rows as 77, 77, 77, 77, 76
   ppo = stm.coding_step_plan(config, batch_divisor=2)
   assert (ppo.optimizer_steps, ppo.train_micro_batches, ppo.logprob_passes) == (5, 4 * 39 + 38, 3 * 39 + 38)
@@ -160,10 +163,35 @@ def test_lean_paper_iteration_plan():
   rows = 960 + 25  # 10% of 9600 proofs + half of 50 conjectures: 30 batches of 32 and one of 25
   assert plan.optimizer_steps == -(-rows // 32) == 31
   assert plan.train_micro_batches == 30 * 4 + 4 and plan.train_rows == 8
+  assert plan.update_chunks == (32,) * 30 + (25,)
+  assert config.train.micro_batch_tokens == 8 * (2048 + 8192)
   # bf16 compute: old log-probs recomputed by a forward pass for every batch after the first (step.update_params)
   assert config.model.dtype == "bfloat16" and plan.logprob_passes == 30 * 4
   config.train.recompute_logprobs = "off"
   assert stm.lean_iteration_plan(config, batch_divisor=8, outcomes=outcomes).logprob_passes == 0
+
+
+def test_packed_update_tokens_by_hand():
+  """Two optimizer steps packed by length (1,024-token budget, mesh batch divisor 2), counted by hand on
+  TRAIN_BUCKETS: step 1 = (128, 384) + (128, 32) in one pass of 2 x 512 tokens, then (128, 32) alone in
+  a last pass of 1 row, padded to 2 rows of 160; step 2 = one row of (128, 32), padded to 2 rows."""
+  chunks = [[(100, 300), (100, 20), (100, 30)], [(100, 20)]]
+  assert stm.packed_update_tokens(chunks, 1024, None, 2) == 2 * 512 + 2 * 160 + 2 * 160
+  # A budget that fits every row of step 1 at its longest: one pass of 4 rows (3 real) of 512 columns.
+  assert stm.packed_update_tokens(chunks[:1], 4 * 512, None, 1) == 4 * 512
+
+
+def test_packed_update_share_of_equal_lengths():
+  """The paper coding update with every completion at 1,000 tokens (sigma ~ 0): rows (2048, 1024) in
+  passes of 8 (the power of two under 28480 / 3072): 48 passes of 8 x 3072 tokens, against 192 padded
+  micro-batches of 2 x 10144."""
+  script = _script()
+  config = load_config(str(REPO / "configs/coding.py"))
+  plan = stm.coding_step_plan(config, batch_divisor=2)
+  share = script.packed_update_share(plan, config, 2, 2048 + 8096, 2048, 1000.0, 1e-9, 8096, 3, 0)
+  assert share == pytest.approx(48 * 8 * 3072 / (192 * 2 * 10144))
+  config.train.micro_batch_tokens = 0  # rows padded to one shape: the padded passes
+  assert script.packed_update_share(plan, config, 2, 10144, 2048, 1000.0, 1.0, 8096, 3, 0) == 1.0
 
 
 def test_reward_micro_batch_is_the_engines():

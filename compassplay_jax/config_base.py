@@ -304,8 +304,9 @@ def tensor_parallel_7b(config) -> None:
   azr-coding train step needs 97.4 GiB per v5p chip (95.7 GiB of HBM), and on 8 devices of 80 GB
   (XLA:CPU's figures) neither setting's fused cosine pass fits, nor azr-coding's train step. With
   tensor 4 and micro-batches of 2 every function of both settings fits both (the coding train step,
-  scanned: 33.1 GiB on v5p-8, 46.3 GiB by XLA:CPU). Micro-batch sizes change no result (token-mean
-  update, per-example cosines, mean-over-sequences g_ref): only memory and speed.
+  scanned: 33.2 GiB on v5p-8, 45.7 GiB by XLA:CPU; docs/sharding.md table (d)). Micro-batch sizes
+  change no result (token-mean update, per-example cosines, mean-over-sequences g_ref): only memory
+  and speed.
   """
   config.mesh.tensor = 4
   config.mesh.fsdp = -1  # FSDP over the devices the tensor axis leaves

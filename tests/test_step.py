@@ -150,15 +150,20 @@ def test_recomputed_old_logprobs_put_the_first_ratio_at_exactly_one_in_bf16():
   chunks = [rows[:4], rows[4:]]
   tcfg = train_lib.TrainConfig(learning_rate=1e-2, micro_batch_size=4)
 
-  def run(recompute, lr=1e-2):
+  def run(recompute, lr=1e-2, token_budget=0):
     eng = Engine.build(graphdef, params, sh.make_mesh(None), EngineSettings(train=tcfg.replace(learning_rate=lr)))
     p, o = eng.init_train_state(jax.tree.map(jnp.copy, params))
-    return step.update_params(eng, p, o, chunks, jax.random.key(0), step.UpdateOptions(PAD, 64, 0, recompute))[2]
+    return step.update_params(eng, p, o, chunks, jax.random.key(0),
+                              step.UpdateOptions(PAD, 64, token_budget, recompute))[2]
 
   off, on = run(False), run(True)
   assert off["train/per_step/approx_kl"][0] > 1e-9  # the sampler's log-probs are off the bf16 forward
   assert on["train/per_step/ratio_mean"][0] == 1.0 and on["train/per_step/approx_kl"][0] == 0.0
   assert on["train/per_step/clip_frac"][0] == 0.0
+  # Rows packed by length (the paper configs: config_base.pack_update_rows), 2 rows of (32, 32) a pass.
+  packed_off, packed_on = run(False, token_budget=128), run(True, token_budget=128)
+  assert packed_off["train/per_step/approx_kl"][0] > 1e-9
+  assert packed_on["train/per_step/ratio_mean"][0] == 1.0 and packed_on["train/per_step/approx_kl"][0] == 0.0
   # With a zero learning rate the params never move: every chunk's recomputed ratio is 1 (to the bf16
   # forward's reproducibility), while the sampler's stay off.
   still = run(True, lr=0.0)

@@ -245,17 +245,17 @@ def decode_schedule(plan, mean: float, sigma: float, cap: int, rows: int, slot_c
 
 
 def packed_update_share(plan, config, divisor: int, train_len: int, prompt_bucket: int, mean: float, sigma: float,
-                        cap: int, trials: int, seed: int) -> float:
+                        cap: int, trials: int, seed: int) -> float | None:
   """Tokens of the packed update (train.micro_batch_tokens > 0; step_time_model.packed_update_tokens)
   over those of its padded micro-batches (plan.train_micro_batches of plan.train_rows x train_len),
-  averaged over `trials` draws of the rows' completion lengths (prompts at the bucket); 1.0 when the
-  config pads every row to one shape."""
+  averaged over `trials` draws of the rows' completion lengths (prompts at the bucket); None when the
+  config pads every row to one shape. Not capped at 1: a packing worse than padding shows as such."""
   import numpy as np
   from compassplay_jax import config_base
   from compassplay_jax import step_time_model as stm
   budget = config.train.get("micro_batch_tokens", 0)
   if budget <= 0 or not plan.update_chunks:
-    return 1.0
+    return None
   rng = np.random.default_rng(seed + 1)
   padded = plan.train_micro_batches * plan.train_rows * train_len
   shares = []
@@ -263,7 +263,7 @@ def packed_update_share(plan, config, divisor: int, train_len: int, prompt_bucke
     chunks = [[(prompt_bucket, int(c)) for c in stm.lognormal_lengths(n, mean, sigma, cap, rng)]
               for n in plan.update_chunks]
     shares.append(stm.packed_update_tokens(chunks, budget, config_base.train_sequence_len(config), divisor) / padded)
-  return min(1.0, float(np.mean(shares)))
+  return float(np.mean(shares))
 
 
 # ---- tables -------------------------------------------------------------------------------------------
@@ -299,11 +299,11 @@ def decode_figures(f: dict, weight_scale: float = 1.0) -> dict:
 
 def setting_rows(plan, units, figures, sched, checks, hardware, eff, rows, schedules,
                  attention_flops_per_entry: float, continuous_weight_scale: float = 1.0,
-                 update_share: float = 1.0) -> list[Row]:
+                 update_share: float | None = None) -> list[Row]:
   """The per-phase rows of one setting (decode: one row per schedule, alternatives).
   attention_flops_per_entry: per device, a decode step's attention FLOPs per cache entry it reads.
-  update_share: the update's tokens over those of its padded micro-batches (packed_update_share); its
-  train and log-prob passes count as that share of the padded ones."""
+  update_share: the packed update's tokens over those of its padded micro-batches (packed_update_share;
+  None: rows padded); its train and log-prob passes count as that share of the padded ones."""
   from compassplay_jax import step_time_model as stm
   out = []
 
@@ -334,14 +334,15 @@ def setting_rows(plan, units, figures, sched, checks, hardware, eff, rows, sched
     device_row("reward", "g_ref micro-batch (fwd+bwd)", figures["g_ref"], plan.g_ref_passes, units["g_ref"].shapes)
   if plan.cosine_passes:
     device_row("reward", "fused cosines micro-batch", figures["cosines"], plan.cosine_passes, units["cosines"].shapes)
+  share = 1.0 if update_share is None else update_share
   if plan.logprob_passes:  # a forward pass: a quarter of the remat train micro-batch (forward, recompute, 2x backward)
     quarter = {k: figures["train"][k] / 4 for k in ("flops", "bytes", "link_bytes")}
     device_row("update", "old log-probs, forward (1/4 of a train micro-batch)", quarter,
-               plan.logprob_passes * update_share, units["train"].shapes)
-  packed = f"; rows packed by length: {update_share:.2f} of the padded tokens" if update_share < 1 else ""
+               plan.logprob_passes * share, units["train"].shapes)
+  packed = "" if update_share is None else f"; rows packed by length: {share:.2f} of the padded tokens"
   device_row("update", f"train micro-batch ({plan.optimizer_steps} optimizer step"
              f"{'s' if plan.optimizer_steps != 1 else ''}{packed})", figures["train"],
-             plan.train_micro_batches * update_share, units["train"].shapes)
+             plan.train_micro_batches * share, units["train"].shapes)
   return out
 
 
@@ -530,7 +531,7 @@ def main(argv=None):
     halved = config.model.param_dtype == "float32" and config.model.dtype == "bfloat16"
     share = packed_update_share(plan, config, divisor, units["train"].length, bucket, mean, args.sigma, cap,
                                 args.trials, args.seed)
-    if share < 1:
+    if share is not None:
       notes.append(f"update: rows packed by length into micro-batches of at most train.micro_batch_tokens = "
                    f"{config.train.micro_batch_tokens} tokens (prompts at the bucket, completions drawn as above): "
                    f"{share:.2f} of the tokens of {plan.train_micro_batches} padded micro-batches of "

@@ -190,8 +190,8 @@ def test_packed_update_share_of_equal_lengths():
   plan = stm.coding_step_plan(config, batch_divisor=2)
   share = script.packed_update_share(plan, config, 2, 2048 + 8096, 2048, 1000.0, 1e-9, 8096, 3, 0)
   assert share == pytest.approx(48 * 8 * 3072 / (192 * 2 * 10144))
-  config.train.micro_batch_tokens = 0  # rows padded to one shape: the padded passes
-  assert script.packed_update_share(plan, config, 2, 10144, 2048, 1000.0, 1.0, 8096, 3, 0) == 1.0
+  config.train.micro_batch_tokens = 0  # rows padded to one shape: no packed share
+  assert script.packed_update_share(plan, config, 2, 10144, 2048, 1000.0, 1.0, 8096, 3, 0) is None
 
 
 def test_reward_micro_batch_is_the_engines():

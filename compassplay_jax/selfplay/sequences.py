@@ -11,9 +11,9 @@ Two layouts:
 to buckets so a run compiles a few shapes only.
 
 `pack_by_length` packs the policy update's rows by their real length instead: longest first, each
-micro-batch takes the (prompt bucket, completion bucket) of its first row over the coarser
-TRAIN_BUCKETS and the power-of-two row count that fits a token budget, so a short solver row is not
-padded to a long proposer row, and only the last micro-batch of an update is short of rows. Shapes
+micro-batch takes its first row's completion bucket and its rows' widest prompt bucket over the
+coarser TRAIN_BUCKETS, and the power-of-two row count that fits a token budget, so a short solver row
+is not padded to a long proposer row, and only the last micro-batch of an update is short of rows. Shapes
 come from bucket pairs and power-of-two row counts, reused across steps (a forward/backward compile
 costs as much as several passes, so shapes are kept few on purpose).
 """
@@ -142,9 +142,8 @@ def length_groups(lengths: Sequence[tuple[int, int]], token_budget: int, *, max_
   Rows go longest first (completion bucket, then prompt bucket): a micro-batch takes the next rows, as
   many as the largest power of two whose (rows x (widest prompt bucket + the first row's completion
   bucket)) fits token_budget (at least one), so its shape is a bucket pair and a power of two; the last
-  one holds the smallest power of two that fits the rows left. Each
-  micro-batch is (rows, prompt + completion columns) tokens: experiments/step_time.py prices a packed
-  update with it.
+  one holds the smallest power of two that fits the rows left. Each micro-batch is (rows, prompt +
+  completion columns) tokens: experiments/step_time.py prices a packed update with it.
   """
   if token_budget <= 0:
     raise ValueError(f"pack_by_length: token_budget must be positive, got {token_budget}")
@@ -173,7 +172,7 @@ def pack_by_length(prompts: Sequence[Sequence[int]], completions: Sequence[Seque
                    token_budget: int, max_len: int | None = None,
                    buckets: Sequence[int] = TRAIN_BUCKETS) -> list[tuple[list[int], PackedBatch]]:
   """Completion-window micro-batches of rows of similar lengths, longest first (length_groups: a
-  micro-batch's shape depends on its bucket pair only).
+  micro-batch's shape is a bucket pair and a power-of-two row count).
 
   Returns (row indices, PackedBatch) pairs covering every row once.
   """

@@ -253,7 +253,7 @@ def packed_update_share(plan, config, divisor: int, train_len: int, prompt_bucke
   import numpy as np
   from compassplay_jax import config_base
   from compassplay_jax import step_time_model as stm
-  budget = config.train.get("micro_batch_tokens", 0)
+  budget = config.train.micro_batch_tokens
   if budget <= 0 or not plan.update_chunks:
     return None
   rng = np.random.default_rng(seed + 1)
@@ -421,7 +421,7 @@ def obstacles(plan, units, rows_out, tot, hardware, eff, config, checks, check_m
     lever(f"{cont_label} -> {wide_label}", "decode", t["decode"][cont] - t["decode"][wide])
     train_len = units["train"].length
     real = min(train_len, prompt_bucket + mean)
-    if not config.train.get("micro_batch_tokens", 0):  # else the update rows above are packed already
+    if not config.train.micro_batch_tokens:  # else the update rows above are packed already
       lever(f"update rows padded to the batch's longest row ({train_len} tokens, mean row ~{real:.0f}): rows packed "
             "by length (train.micro_batch_tokens), FLOPs taken as proportional to length",
             "update", left["update"] * (1 - real / train_len))

@@ -102,8 +102,9 @@ def rows_per_call(cfg: ModelConfig, prompt_len: int, config: SamplingConfig) -> 
   return max(rows, 1)
 
 
-def _pow2_at_least(n: int) -> int:
-  return 1 << (n - 1).bit_length()
+def pow2_at_least(n: int) -> int:
+  """The smallest power of two >= n (1 for n <= 1)."""
+  return 1 << (max(n, 1) - 1).bit_length()
 
 
 @dataclasses.dataclass
@@ -116,7 +117,7 @@ class MicroBatch:
 
 
 def _pad_rows(prompt_ids, chunk, length, per_call, pad_id) -> MicroBatch:
-  p = min(_pow2_at_least(len(chunk)), per_call)
+  p = min(pow2_at_least(len(chunk)), per_call)
   ids = np.full((p, length), pad_id, np.int32)
   mask = np.zeros((p, length), np.int32)
   for r, i in enumerate(chunk):

@@ -82,10 +82,6 @@ class _Prefill:
   requests: list
 
 
-def _pow2_at_least(n: int) -> int:
-  return 1 << max(n - 1, 0).bit_length()
-
-
 class ContinuousEngine(RolloutEngine):
   """Continuous batching: when a row ends (eos, stop string, its own budget) its slot takes the next
   waiting (request, sample).
@@ -188,15 +184,15 @@ class ContinuousEngine(RolloutEngine):
     return per_device * self.programs.batch_divisor
 
   def _shape(self, need: int, max_bucket: int, rows: int) -> tuple[int, int]:
-    length = self.cache_length or _pow2_at_least(need)
+    length = self.cache_length or batching.pow2_at_least(need)
     if need > length:
       raise ValueError(f"a request needs {need} cache columns (prompt bucket + max_new_tokens) but "
                        f"cache_length is {length}")
-    slots = min(self.max_slots(length, max_bucket), self._round(_pow2_at_least(rows)))
+    slots = min(self.max_slots(length, max_bucket), self._round(batching.pow2_at_least(rows)))
     return slots, length
 
   def _prefill_size(self, prompts: int, bucket: int) -> int:
-    return min(self._round(_pow2_at_least(prompts)), self.prefill_rows_cap(bucket))
+    return min(self._round(batching.pow2_at_least(prompts)), self.prefill_rows_cap(bucket))
 
   def _ensure_state(self, key, slots: int, length: int):
     state, self._state = self._state, None  # donated below; kept again at the end
@@ -342,7 +338,7 @@ class ContinuousEngine(RolloutEngine):
     d = self.programs.batch_divisor
     local = len(in_slot) // d
     shards = [[b for b in range(i * local, (i + 1) * local) if in_slot[b] is not None] for i in range(d)]
-    need = max(_pow2_at_least(max(len(x) for x in shards)), self.shrink_floor)
+    need = max(batching.pow2_at_least(max(len(x) for x in shards)), self.shrink_floor)
     if need >= local:  # (a slot count from the memory budget need not be a power of two: 43 -> 32)
       return state, in_slot, host_done
     keep = np.zeros((d * need,), np.int32)
@@ -371,7 +367,7 @@ class ContinuousEngine(RolloutEngine):
     eos_ids = resolve_eos_ids(self.tokenizer, config)
     pad_id = resolve_pad_id(self.tokenizer, eos_ids)
     key = as_prng_key(key)
-    length = self.cache_length or _pow2_at_least(max(prompt_buckets) + config.max_new_tokens)
+    length = self.cache_length or batching.pow2_at_least(max(prompt_buckets) + config.max_new_tokens)
     most = self.max_slots(length, max(prompt_buckets))
     slots, length = self._shape(max(prompt_buckets) + config.max_new_tokens, max(prompt_buckets),
                                 most if rows is None else rows)
@@ -391,7 +387,7 @@ class ContinuousEngine(RolloutEngine):
     d = self.programs.batch_divisor
     sizes = [slots]  # every slot count shrinking can reach, largest first
     if self.shrink:
-      p = _pow2_at_least(slots // d)
+      p = batching.pow2_at_least(slots // d)
       while p > self.shrink_floor:
         p //= 2
         if p * d < slots:

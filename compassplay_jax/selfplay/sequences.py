@@ -24,6 +24,8 @@ from typing import Sequence
 
 import numpy as np
 
+from compassplay_jax.sampling import batching
+
 LENGTH_BUCKETS = (32, 64, 128, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384)
 # 192: prompts of 129-192 tokens (the demo's compact prompts are 139-166) padded to 256 cost the demo's
 # update and cosine passes ~30% more tokens and twice the passes (docs/demo.md, "Update buckets").
@@ -130,10 +132,6 @@ def _pow2_at_most(n: int) -> int:
   return 1 << (max(n, 1).bit_length() - 1)
 
 
-def _pow2_at_least(n: int) -> int:
-  return 1 << (max(n, 1) - 1).bit_length()
-
-
 def length_groups(lengths: Sequence[tuple[int, int]], token_budget: int, *, max_len: int | None = None,
                   buckets: Sequence[int] = TRAIN_BUCKETS) -> list[tuple[list[int], int, tuple[int, int]]]:
   """pack_by_length's micro-batches from the rows' (prompt, completion) lengths alone: (row indices, rows
@@ -162,7 +160,7 @@ def length_groups(lengths: Sequence[tuple[int, int]], token_budget: int, *, max_
         break
       rows //= 2
     chunk = order[start:start + rows]
-    out.append((chunk, min(rows, _pow2_at_least(len(chunk))), (prompt_len, completion_len)))
+    out.append((chunk, min(rows, batching.pow2_at_least(len(chunk))), (prompt_len, completion_len)))
     start += len(chunk)
   return out
 

@@ -107,6 +107,11 @@ def pow2_at_least(n: int) -> int:
   return 1 << (max(n, 1) - 1).bit_length()
 
 
+def pow2_at_most(n: int) -> int:
+  """The largest power of two <= n (1 for n <= 1)."""
+  return 1 << (max(n, 1).bit_length() - 1)
+
+
 @dataclasses.dataclass
 class MicroBatch:
   """Prompts decoded together: padded ids/mask (P, L), their global indices, and live-row flags."""

@@ -171,7 +171,7 @@ class ContinuousEngine(RolloutEngine):
   def prefill_rows_cap(self, bucket: int) -> int:
     """Most prompt rows one prefill call of this bucket runs (a power of two per batch device)."""
     per_device = max(1, self.max_prefill_tokens // bucket)
-    return (1 << (per_device.bit_length() - 1)) * self.programs.batch_divisor
+    return batching.pow2_at_most(per_device) * self.programs.batch_divisor
 
   def max_slots(self, cache_length: int, max_bucket: int) -> int:
     """The slot count the memory budget (or `slots`) allows for this cache length."""

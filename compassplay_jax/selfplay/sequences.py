@@ -128,10 +128,6 @@ def pack(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
   return PackedBatch(tokens, attention, loss, old, n)
 
 
-def _pow2_at_most(n: int) -> int:
-  return 1 << (max(n, 1).bit_length() - 1)
-
-
 def length_groups(lengths: Sequence[tuple[int, int]], token_budget: int, *, max_len: int | None = None,
                   buckets: Sequence[int] = TRAIN_BUCKETS) -> list[tuple[list[int], int, tuple[int, int]]]:
   """pack_by_length's micro-batches from the rows' (prompt, completion) lengths alone: (row indices, rows
@@ -153,7 +149,7 @@ def length_groups(lengths: Sequence[tuple[int, int]], token_budget: int, *, max_
   out, start = [], 0
   while start < len(order):
     completion_len = bucketed[order[start]][1]  # the longest left
-    rows = _pow2_at_most(token_budget // (bucketed[order[start]][0] + completion_len))
+    rows = batching.pow2_at_most(token_budget // (bucketed[order[start]][0] + completion_len))
     while True:  # the most rows whose widest prompt still fits the budget (at least one)
       prompt_len = max(bucketed[i][0] for i in order[start:start + rows])
       if rows == 1 or rows * (prompt_len + completion_len) <= token_budget:

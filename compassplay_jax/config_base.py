@@ -117,6 +117,10 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.workdir = ""  # --workdir wins; default: runs/<setting>_<variant>
   # JAX's persistent compilation cache: a second run loads compiled programs from here ("" = off).
   config.compile_cache_dir = "~/.cache/compassplay_jax/xla"
+  # Programs whose shapes are known early (the optimizer update, a fixed reference set's g_ref, the
+  # cosine pass once proposals are validated) compile on a background thread while the step
+  # generates (compassplay_jax/compile_ahead.py). False: each compiles at its first call.
+  config.compile_ahead = True
   # Where "data:<relpath>" paths point: "" = $COMPASSPLAY_DATA, else ~/.cache/compassplay/data.
   # Fill it with `python -m compassplay_jax.data fetch --all` (docs/data.md).
   config.data_dir = ""

@@ -30,6 +30,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from compassplay_jax import compile_ahead
 from compassplay_jax import sharding as sh
 from compassplay_jax.models.config import ModelConfig
 from compassplay_jax.models.decoder import model_config
@@ -51,6 +52,7 @@ class EngineSettings:
   reward_chunk_size: int | None = 8  # candidates per chunk inside one cosine pass
   reward_micro_batch: int = 8  # rows per forward/backward of g_ref and of a cosine pass
   norm_mode: str = "auto"
+  compile_ahead: bool = True  # compile known programs on a background thread (compile_ahead.py)
 
   def __post_init__(self):
     if self.reward_method not in cosines_lib.METHODS:
@@ -68,7 +70,7 @@ class EngineSettings:
         temperature=config.sampling.temperature if config.sampling.temperature > 0 else 1.0)
     r = config.reward
     return cls(train=train, reward_method=r.method, reward_chunk_size=r.chunk_size,
-               reward_micro_batch=r.micro_batch_size)
+               reward_micro_batch=r.micro_batch_size, compile_ahead=config.compile_ahead)
 
   def fitted(self, mesh: Mesh) -> "EngineSettings":
     """Micro-batch sizes rounded up to multiples of data*fsdp, where that changes no result.
@@ -107,6 +109,8 @@ class Engine:
     self._jitted: dict[Any, Any] = {}
     self._sampler_params = (None, None)  # (the params they were cast from, the cast copy)
     self._cast_jit = None  # sampler_params' jitted cast
+    # Programs whose shapes are known before their first call compile here in the background.
+    self.ahead = compile_ahead.Ahead(self.settings.compile_ahead)
 
   @classmethod
   def build(cls, graphdef, params, mesh: Mesh, settings: EngineSettings, optimizer=None) -> "Engine":
@@ -211,7 +215,9 @@ class Engine:
 
   def reference_gradient(self, params, tokens, loss_mask, attention_mask):
     """g_ref at `params` over a reference set (rows: a multiple of data*fsdp), stored like the params."""
-    return self.reference_gradient_jit(params, tokens.shape[0])(params, tokens, loss_mask, attention_mask)
+    jitted = self.reference_gradient_jit(params, tokens.shape[0])
+    self.ahead.wait(jitted)
+    return jitted(params, tokens, loss_mask, attention_mask)
 
   def reference_gradient_jit(self, params, rows: int):
     """The jitted `(params, tokens, loss_mask, attention_mask) -> g_ref` for `rows` reference rows."""
@@ -226,7 +232,9 @@ class Engine:
 
   def cosines(self, params, g_ref, tokens, loss_mask, attention_mask) -> cosines_lib.CosineResult:
     """Cosines of each row's loss gradient with g_ref; per-example outputs over (data, fsdp)."""
-    return self.cosines_jit(params, tokens.shape[0])(params, g_ref, tokens, loss_mask, attention_mask)
+    jitted = self.cosines_jit(params, tokens.shape[0])
+    self.ahead.wait(jitted)
+    return jitted(params, g_ref, tokens, loss_mask, attention_mask)
 
   def cosines_jit(self, params, rows: int):
     """The jitted `(params, g_ref, tokens, loss_mask, attention_mask) -> CosineResult` for `rows` candidates."""
@@ -322,14 +330,40 @@ class Engine:
 
     Each host micro-batch is padded to a multiple of data*fsdp rows (no loss tokens), then placed;
     with ref_params, the reference policy's log-probs join it (with_reference)."""
-    def build():
-      return train_lib.make_bucketed_train_step(
-          self.graphdef, self.settings.train, optimizer=self.optimizer,
-          shardings=train_lib.StepShardings(self.param_shardings(params), self.opt_shardings(opt_state),
-                                            self.rows, self.repl))
     placed = [mb if isinstance(mb["tokens"], jax.Array) else self.place_train_batch(mb, ref_params)
               for mb in micro_batches]
-    return self._cached("bucketed", build)(params, opt_state, placed, key)
+    return self._bucketed_step(params, opt_state)(params, opt_state, placed, key)
+
+  def _bucketed_step(self, params, opt_state) -> train_lib.BucketedTrainStep:
+    def build():
+      return train_lib.make_bucketed_train_step(
+          self.graphdef, self.settings.train, optimizer=self.optimizer, ahead=self.ahead,
+          shardings=train_lib.StepShardings(self.param_shardings(params), self.opt_shardings(opt_state),
+                                            self.rows, self.repl))
+    return self._cached("bucketed", build)
+
+  # ---- compiling ahead (compile_ahead.py): the call of each waits for its program -----------------
+
+  def update_ahead(self, params, opt_state) -> None:
+    """Compiles the bucketed step's optimizer update (its shapes are the params') in the background."""
+    step = self._bucketed_step(params, opt_state)
+    self.ahead.submit(step.update, *step.update_arguments(compile_ahead.abstract(params),
+                                                          compile_ahead.abstract(opt_state)))
+
+  def reference_gradient_ahead(self, params, rows: int, length: int) -> None:
+    """Compiles g_ref's program for `rows` (global) reference rows of `length` columns in the background."""
+    self.ahead.submit(self.reference_gradient_jit(params, rows), compile_ahead.abstract(params),
+                      *self._abstract_rows(rows, length))
+
+  def cosines_ahead(self, params, rows: int, length: int) -> None:
+    """Compiles the cosine pass for `rows` (global) candidate rows of `length` columns in the background."""
+    p = compile_ahead.abstract(params)  # g_ref is stored like the params (reference_gradient_jit)
+    self.ahead.submit(self.cosines_jit(params, rows), p, p, *self._abstract_rows(rows, length))
+
+  def _abstract_rows(self, rows: int, length: int):
+    """(tokens, loss_mask, attention_mask) of a placed (rows, length) pass (sequences.PackedBatch's dtypes)."""
+    s = sh.batch_sharding(self.mesh, 2)
+    return tuple(jax.ShapeDtypeStruct((rows, length), dtype, sharding=s) for dtype in (jnp.int32, jnp.float32, jnp.int32))
 
   def place_train_batch(self, host_batch: dict, ref_params=None, micro_batch_size: int | None = None) -> dict:
     """A host train batch on the mesh: rows padded to a multiple of data*fsdp (no loss tokens) and

@@ -32,6 +32,7 @@ from compassplay_jax.selfplay import alignment  # noqa: E402
 from compassplay_jax.selfplay import step as step_lib  # noqa: E402
 from compassplay_jax.selfplay.coding import CodingSelfPlay  # noqa: E402
 from compassplay_jax.verifiers.sandbox import SandboxPool  # noqa: E402
+from tests import compile_events  # noqa: E402
 from tests.scripted_coder import SHORT_SEQUENCES, ScriptedCoder  # noqa: E402
 from tests.test_selfplay import _config  # noqa: E402
 
@@ -58,8 +59,14 @@ def one_step(config, tokenizer, graphdef, params, pool, mesh):
   p, o = engine.init_train_state(jax.tree.map(lambda x: np.asarray(x), params))
   setting = CodingSelfPlay(config, tokenizer, pool, sampler=ScriptedCoder(tokenizer))
   g_ref = alignment.reference_gradient(engine, p, setting.reference, tokenizer.pad_token_id)
-  result = step_lib.run_step(setting, engine, p, o, 1, jax.random.key(7),
-                             update=step_lib.UpdateOptions.from_config(config, tokenizer.pad_token_id))
+  with compile_events.recorded() as compiles:
+    result = step_lib.run_step(setting, engine, p, o, 1, jax.random.key(7),
+                               update=step_lib.UpdateOptions.from_config(config, tokenizer.pad_token_id))
+  engine.ahead.close()
+  # The optimizer update compiles ahead while the step generates and the cosine pass (its shape guessed
+  # from the gold answers) while the solver samples (compile_ahead.py): the step's main thread compiles
+  # neither. (g_ref compiled above, on the main thread.)
+  assert not {"jit(update)", "jit(gradient_cosines)"} & compile_events.on_main(compiles), compiles
   train_metrics = {k: v for k, v in result.metrics.items() if k.startswith("train/")}
   return engine, result.metrics, g_ref, result.params, train_metrics
 

@@ -232,14 +232,15 @@ class StepShardings(NamedTuple):
 
 
 def make_bucketed_train_step(graphdef, cfg: TrainConfig, *, optimizer: optax.GradientTransformation | None = None,
-                             shardings: StepShardings | None = None) -> Callable:
+                             shardings: StepShardings | None = None, ahead=None) -> "BucketedTrainStep":
   """`train_step(params, opt_state, micro_batches, key) -> (params, opt_state, metrics)` for micro-batches
   of different shapes (rows packed by their real length, selfplay/sequences.py `pack_by_length`).
 
   One call = one optimizer update, equal to make_train_step's on the same rows: each micro-batch is one
   jitted gradient-accumulation call (compiled once per shape, so shapes should come from few buckets),
   then one jitted update. Weights: token_mean = the micro-batch's share of all loss tokens;
-  microbatch_token_mean = 1/K. params and opt_state are donated.
+  microbatch_token_mean = 1/K. params and opt_state are donated. ahead: a compile_ahead.Ahead that
+  may be compiling the update (waited for before it is called).
   """
   optimizer = optimizer or make_optimizer(cfg)
   grad_fn = _micro_grad_fn(graphdef, cfg)
@@ -254,26 +255,46 @@ def make_bucketed_train_step(graphdef, cfg: TrainConfig, *, optimizer: optax.Gra
     jit_acc = dict(in_shardings=(p, p, repl, rows, repl), out_shardings=(p, repl))
     jit_update = dict(in_shardings=(p, o, p, repl), out_shardings=(p, o, repl))
     jit_zeros = dict(in_shardings=(p,), out_shardings=(p, repl))
-  accumulate = sh.jit(accumulate, donate_argnums=(1, 2), **jit_acc)
-  update = jax.jit(_update_fn(cfg, optimizer), donate_argnums=(0, 1), **jit_update)
-  zeros = jax.jit(_zero_accumulators, **jit_zeros)
+  return BucketedTrainStep(cfg.aggregation, sh.jit(accumulate, donate_argnums=(1, 2), **jit_acc),
+                           jax.jit(_update_fn(cfg, optimizer), donate_argnums=(0, 1), **jit_update),
+                           jax.jit(_zero_accumulators, **jit_zeros), shardings, ahead)
 
-  def train_step(params, opt_state, micro_batches, key):
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class BucketedTrainStep:
+  """make_bucketed_train_step's step: its three jits (zeros, accumulate per micro-batch, update)."""
+  aggregation: str
+  accumulate: Callable
+  update: Callable
+  zeros: Callable
+  shardings: StepShardings | None = None
+  ahead: Any = None
+
+  def __call__(self, params, opt_state, micro_batches, key):
     del key  # no stochastic layers
     if not micro_batches:
       raise ValueError("train_step: no micro-batches")
     # jnp.sum: micro-batches may be global arrays spread over processes (the sum is replicated).
     tokens = [float(jnp.sum(mb["loss_mask"])) for mb in micro_batches]
-    if cfg.aggregation == "token_mean":
+    if self.aggregation == "token_mean":
       weights = [t / max(sum(tokens), 1.0) for t in tokens]
     else:
       weights = [1.0 / len(micro_batches)] * len(micro_batches)
-    grad_acc, metric_acc = zeros(params)
+    grad_acc, metric_acc = self.zeros(params)
     for mb, w in zip(micro_batches, weights):
-      grad_acc, metric_acc = accumulate(params, grad_acc, metric_acc, mb, np.float32(w))
-    return update(params, opt_state, grad_acc, metric_acc)
+      grad_acc, metric_acc = self.accumulate(params, grad_acc, metric_acc, mb, np.float32(w))
+    if self.ahead is not None:
+      self.ahead.wait(self.update)
+    return self.update(params, opt_state, grad_acc, metric_acc)
 
-  return train_step
+  def update_arguments(self, params, opt_state) -> tuple:
+    """The update's abstract arguments for abstract (params, opt_state): the summed float32 gradients
+    laid out like the params and the summed metrics (replicated), as `zeros` makes them."""
+    grads, metrics = jax.eval_shape(_zero_accumulators, params)
+    grads = jax.tree.map(lambda g, p: jax.ShapeDtypeStruct(g.shape, g.dtype, sharding=p.sharding), grads, params)
+    repl = None if self.shardings is None else self.shardings.replicated
+    metrics = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=repl), metrics)
+    return params, opt_state, grads, metrics
 
 
 def make_train_logprob_fn(graphdef, cfg: TrainConfig, *, in_shardings: Any = None, out_shardings: Any = None):

@@ -33,11 +33,44 @@ def _rows(engine, packed: PackedBatch, pad_id: int, start: int, end: int, rows: 
   return engine.put_batch(arrays)
 
 
+def _reference_rows(engine, reference: PackedBatch) -> int:
+  n = reference.tokens.shape[0]
+  return -(-n // engine.batch_divisor) * engine.batch_divisor
+
+
 def reference_gradient(engine, params, reference: PackedBatch, pad_id: int = 0):
   """g_ref at `params` over the reference set (a mean over its sequences), sharded like the params."""
-  n = reference.tokens.shape[0]
-  b = _rows(engine, reference, pad_id, 0, n, -(-n // engine.batch_divisor) * engine.batch_divisor)
+  b = _rows(engine, reference, pad_id, 0, reference.tokens.shape[0], _reference_rows(engine, reference))
   return engine.reference_gradient(params, b["tokens"], b["loss_mask"], b["attention_mask"])
+
+
+def reference_gradient_ahead(engine, params, reference: PackedBatch) -> None:
+  """Compiles reference_gradient's program for this reference set in the background (engine.ahead)."""
+  engine.reference_gradient_ahead(params, _reference_rows(engine, reference), reference.tokens.shape[1])
+
+
+def _cosine_passes(engine, prompt_ids, solution_ids, *, max_len: int, fixed_rows: bool, buckets):
+  """(this process's rows per pass, processes' shares, column shape) of candidate_cosines' passes."""
+  n = len(prompt_ids)
+  micro_batch = engine.settings.reward_micro_batch  # a multiple of data*fsdp (EngineSettings.fitted)
+  # Padded candidate counts (padding rows score 0 and are dropped): with fixed_rows always
+  # `micro_batch`, so each length bucket is one compiled shape; else a power of two up to it.
+  rows = micro_batch if fixed_rows else next((r for r in _CANDIDATE_ROWS if r >= min(n, micro_batch)), micro_batch)
+  shares = distributed.Shares.of(n)
+  per_call = engine.local_rows(-(-rows // shares.count))  # this process's rows of every pass
+  shape = packed_shape([(len(p), len(c)) for p, c in zip(prompt_ids, solution_ids)], max_len=max_len,
+                       buckets=buckets)
+  return per_call, shares, shape
+
+
+def candidate_cosines_ahead(engine, params, prompt_ids, solution_ids, *, max_len: int, fixed_rows: bool = False,
+                            buckets: Sequence[int] = LENGTH_BUCKETS) -> None:
+  """Compiles the pass candidate_cosines would run for these candidates in the background
+  (engine.ahead): called where the candidates' shapes are known (or well guessed) early."""
+  if len(prompt_ids):
+    per_call, shares, shape = _cosine_passes(engine, prompt_ids, solution_ids, max_len=max_len,
+                                             fixed_rows=fixed_rows, buckets=buckets)
+    engine.cosines_ahead(params, per_call * shares.count, shape[0])
 
 
 def candidate_cosines(engine, params, g_ref, prompt_ids, solution_ids, pad_id: int, *, max_len: int,
@@ -55,14 +88,8 @@ def candidate_cosines(engine, params, g_ref, prompt_ids, solution_ids, pad_id: i
          "sq_norms": np.zeros((n,), np.float32)}
   if n == 0:
     return out
-  micro_batch = engine.settings.reward_micro_batch  # a multiple of data*fsdp (EngineSettings.fitted)
-  # Padded candidate counts (padding rows score 0 and are dropped): with fixed_rows always
-  # `micro_batch`, so each length bucket is one compiled shape; else a power of two up to it.
-  rows = micro_batch if fixed_rows else next((r for r in _CANDIDATE_ROWS if r >= min(n, micro_batch)), micro_batch)
-  shares = distributed.Shares.of(n)
-  per_call = engine.local_rows(-(-rows // shares.count))  # this process's rows of every pass
-  shape = packed_shape([(len(p), len(c)) for p, c in zip(prompt_ids, solution_ids)], max_len=max_len,
-                       buckets=buckets)
+  per_call, shares, shape = _cosine_passes(engine, prompt_ids, solution_ids, max_len=max_len,
+                                           fixed_rows=fixed_rows, buckets=buckets)
   mine = list(shares.mine)
   packed = pack([prompt_ids[i] for i in mine], [solution_ids[i] for i in mine], pad_id, max_len=max_len,
                 buckets=buckets, shape=shape)

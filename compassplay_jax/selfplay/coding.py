@@ -41,7 +41,7 @@ from compassplay_jax.selfplay import soar_measure
 from compassplay_jax.selfplay.overlap import BackgroundChecks
 from compassplay_jax.selfplay import step as step_lib
 from compassplay_jax.domains.coding.reference_set import reference_problems
-from compassplay_jax.selfplay.rollout import Row, reward_config, split_key
+from compassplay_jax.selfplay.rollout import Row, reward_config, split_key, truncate_prompt
 
 BUILTIN = "builtin:"
 STOP = ("</answer>",)
@@ -372,6 +372,12 @@ class CodingSelfPlay:
     if not valid:
       return step_lib.Verified(candidates, checked)
     tasks_of, n = checked.tasks, c.solve_samples
+    if not self.local:  # the cosine pass's shape, guessed from the gold answers, compiles while the solver samples
+      solving = [tasks_of[i] for i in valid]
+      step_lib.cosines_ahead(engine, params, self.scoring(),
+                             [truncate_prompt(self.tokenizer, p, self.config.sampling.max_prompt_tokens)
+                              for p in self.solver_prompts(solving)],
+                             [self.gold_completion(t) for t in solving])
     gen, _, checks = self._overlapped_checks(engine, params, [tasks_of[i] for i in valid], key, n, times,
                                              "solve rates")
     verdicts = [v for v, _ in checks]
@@ -391,6 +397,10 @@ class CodingSelfPlay:
       max_len = config_base.reward_sequence_len(self.config)
       return local_reference.seed_references(self, seeds, verified.candidates, max_len)
     return {local_reference.EXTERNAL: self.reference} if self.reference is not None else {}
+
+  def fixed_references(self, plan) -> dict:
+    """The external reference set (its g_ref compiles while the step generates); none when local."""
+    return {} if self.local else self.references(plan, step_lib.Verified([]))
 
   def scoring(self) -> step_lib.ScoreOptions:
     r = self.config.reward

@@ -282,6 +282,10 @@ class LeanSelfPlay:
                         generations=len(outcomes) + len(problems) * k)
     return step_lib.Verified(candidates, record, tokens=int(np.sum(prove_gen.lengths)) if prove_gen else 0)
 
+  def fixed_references(self, plan: "LeanPlan") -> dict:
+    """None: a local reference is a seed's proof, known once the step has verified it."""
+    return {}
+
   def references(self, plan: "LeanPlan", verified: step_lib.Verified) -> dict:
     """Local references: each seed's verified proof (the one its conjectures were conditioned on), as
     the prover saw it: its prompt capped at sampling.max_prompt_tokens like the sampler caps it."""

@@ -178,9 +178,11 @@ class Session:
     return reference
 
   def close(self) -> None:
-    """Waits for the last checkpoint, closes the writers and the setting (its sandbox or Lean pool);
-    each is closed even when one before it fails (a checkpoint write that failed raises CheckpointError)."""
-    with contextlib.ExitStack() as closing:  # runs last-in first: manager, writer, setting
+    """Waits for the last checkpoint, closes the writers, the setting (its sandbox or Lean pool) and the
+    engine's compile-ahead thread; each is closed even when one before it fails (a checkpoint write that
+    failed raises CheckpointError)."""
+    with contextlib.ExitStack() as closing:  # runs last-in first: manager, writer, setting, compile-ahead
+      closing.callback(self.engine.ahead.close)
       closing.callback(self.setting.close)
       closing.callback(self.writer.close)
       closing.callback(self.manager.close)

@@ -130,6 +130,10 @@ class Setting(Protocol):
   def references(self, plan, verified: Verified) -> dict[str, PackedBatch]:
     """{key: reference sequences}: what g(x̃) of a candidate with that `reference` key is compared with."""
 
+  def fixed_references(self, plan) -> dict[str, PackedBatch]:
+    """The references `references` returns whatever is verified (a fixed external set; {} when they
+    depend on the step): their g_ref compiles in the background while the step generates."""
+
   def scoring(self) -> ScoreOptions:
     """The reward stage's knobs."""
 
@@ -160,6 +164,7 @@ def run_step(setting: Setting, engine, params, opt_state, step: int, key, *, upd
   times = PhaseTimes(setting.PHASES + ("update",), progress)
   k_propose, k_verify, k_rows, k_update = jax.random.split(key, 4)
   plan = setting.plan(step)
+  compile_ahead(engine, params, opt_state, setting, plan, update)
   proposals = setting.propose(engine, params, plan, k_propose, times)
   verified = setting.verify(engine, params, plan, proposals, k_verify, times)
   scores = score(engine, params, verified.candidates, setting.references(plan, verified), setting.scoring(), times)
@@ -179,7 +184,26 @@ def run_step(setting: Setting, engine, params, opt_state, step: int, key, *, upd
   return StepResult(params, opt_state, metrics, rows, verified.candidates, scores)
 
 
+def compile_ahead(engine, params, opt_state, setting: Setting, plan, update: UpdateOptions | None) -> None:
+  """Starts compiling the programs whose shapes are known before the step generates, on the engine's
+  background thread (compile_ahead.py; nothing once they are compiled): g_ref of the fixed reference
+  sets, then the length-bucketed step's optimizer update."""
+  if rewards_lib.uses_cosine(setting.scoring().reward_name):
+    for reference in setting.fixed_references(plan).values():
+      alignment.reference_gradient_ahead(engine, params, reference)
+  if update is not None and update.token_budget > 0 and opt_state is not None:
+    engine.update_ahead(params, opt_state)
+
+
 # ---- score: the reward stage --------------------------------------------------------------------
+
+def cosines_ahead(engine, params, options: "ScoreOptions", prompt_ids, solution_ids) -> None:
+  """Compiles, in the background, the cosine pass of candidates with these (prompt, solution) ids
+  (or ids of the same lengths), when the reward uses cosines."""
+  if rewards_lib.uses_cosine(options.reward_name):
+    alignment.candidate_cosines_ahead(engine, params, prompt_ids, solution_ids, max_len=options.max_len,
+                                      fixed_rows=options.fixed_rows, buckets=options.buckets)
+
 
 def eligible(solve_rates, valid, formatted=None, has_reference=None,
              config: rewards_lib.RewardConfig = rewards_lib.AZR_CODE) -> np.ndarray:
@@ -204,9 +228,13 @@ def score(engine, params, candidates: Sequence[Candidate], references: dict, opt
   cosines: list = [None] * n
   if uses_cosine:
     with times("reward", "reward: cosines"):
+      members_of = {key: [i for i, c in enumerate(candidates) if c.reference == key and c.solution is not None
+                          and (gate[i] or (c.report_cosine and c.valid))] for key in references}
+      for members in members_of.values():  # the cosine passes compile while g_ref runs
+        cosines_ahead(engine, params, options, [candidates[i].solution[0] for i in members],
+                      [candidates[i].solution[1] for i in members])
       for key, reference in references.items():
-        members = [i for i, c in enumerate(candidates) if c.reference == key and c.solution is not None
-                   and (gate[i] or (c.report_cosine and c.valid))]
+        members = members_of[key]
         if not members:
           continue
         g_ref = alignment.reference_gradient(engine, params, reference, options.pad_id)

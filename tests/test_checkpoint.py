@@ -126,7 +126,8 @@ def test_a_write_that_fails_is_one_line_naming_the_step_and_the_last_good_one_st
 
 def test_session_close_closes_the_writer_and_the_pool_when_the_last_write_failed():
   """Session.close after a failed checkpoint write: the CheckpointError propagates (main prints it) and
-  the metrics writer and the setting's pool (sandbox or Lean processes) are still closed."""
+  the metrics writer, the setting's pool (sandbox or Lean processes) and the engine's compile-ahead thread
+  are still closed."""
   import types
 
   from compassplay_jax.selfplay.session import Session
@@ -137,7 +138,8 @@ def test_session_close_closes_the_writer_and_the_pool_when_the_last_write_failed
   stand_in = types.SimpleNamespace(
       manager=types.SimpleNamespace(wait_until_finished=failed_wait, close=lambda: closed.append("manager")),
       writer=types.SimpleNamespace(close=lambda: closed.append("writer")),
-      setting=types.SimpleNamespace(close=lambda: closed.append("setting")))
+      setting=types.SimpleNamespace(close=lambda: closed.append("setting")),
+      engine=types.SimpleNamespace(ahead=types.SimpleNamespace(close=lambda: closed.append("compile-ahead"))))
   with pytest.raises(CheckpointError, match="checkpoint of step 1 was not written"):
     Session.close(stand_in)
-  assert closed == ["manager", "writer", "setting"]
+  assert closed == ["manager", "writer", "setting", "compile-ahead"]

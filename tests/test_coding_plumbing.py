@@ -21,8 +21,7 @@ from compassplay_jax.sampling.prompts import encode_prompts
 from compassplay_jax.selfplay import alignment
 from compassplay_jax.selfplay.rollout import Row, reward_config
 from compassplay_jax.selfplay.step import one_device_engine, padded_batch, with_advantages
-from compassplay_jax.selfplay.run import build_model
-from tests.test_selfplay import _config
+from tests.test_selfplay import tiny_model
 
 REFERENCE = [("What is 2 + 3?", "2 + 3 = 5. The answer is 5."), ("What is 7 * 6?", "7 * 6 = 42. The answer is 42.")]
 # (proposal text, solver prompt, verified solution, solve rate, valid)
@@ -70,10 +69,7 @@ def _token_whiten(rewards, lengths):
 
 @pytest.fixture(scope="module")
 def model():
-  config = _config("coding:tiny")
-  m, tokenizer = build_model(config)
-  graphdef, params = nnx.split(m)
-  return config, tokenizer, graphdef, params
+  return tiny_model()
 
 
 @pytest.mark.slow

@@ -9,25 +9,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
 from compassplay_jax.sampling.prompts import encode_prompts
 from compassplay_jax.selfplay import alignment
 from compassplay_jax.selfplay import step as step_lib
-from compassplay_jax.selfplay.run import build_model
 from compassplay_jax.selfplay.sequences import pack
 from tests import compile_events
-from tests.test_selfplay import _config
+from tests.test_selfplay import tiny_model
 
 AHEAD = {"jit(reference_gradient)", "jit(gradient_cosines)", "jit(update)"}
 
 
 @pytest.fixture(scope="module")
 def tiny():
-  config = _config("coding:tiny")
-  model, tokenizer = build_model(config)
-  graphdef, params = nnx.split(model)
-  return config, tokenizer, graphdef, params
+  return tiny_model()
 
 
 def _engine(graphdef, params, config, ahead: bool):

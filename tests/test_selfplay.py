@@ -34,6 +34,14 @@ def _config(arg, **overrides):
   return config
 
 
+def tiny_model(arg: str = "coding:tiny", **overrides):
+  """(config, tokenizer, graphdef, params) of a config's model (module fixtures of several test files)."""
+  config = _config(arg, **overrides)
+  model, tokenizer = build_model(config)
+  graphdef, params = nnx.split(model)
+  return config, tokenizer, graphdef, params
+
+
 def _lean_overrides():
   return {"lean.targets_path": str(LEAN_TARGETS),
           "lean.command": f"{sys.executable} {FAKE_REPL} --accept-percent 50"}

@@ -9,14 +9,15 @@ JAX keeps the compiled executable with the jit, so the later call with arrays of
 dtypes and shardings runs it without compiling again (tests/test_compile_ahead.py counts it).
 
 The caller waits (`wait(jitted)`) before calling a function that may still be compiling here: a
-second, concurrent compilation of the same program would only cost more. A background compilation
+second, concurrent compilation of the same program would only cost more. The thread keeps the
+process's CPU priority: a lower one (nice) cannot be raised again without privileges, and the main
+thread may have to wait for it while other processes keep the cores busy. A background compilation
 that fails is logged and forgotten; the call then compiles (and reports any real error) itself.
 """
 from __future__ import annotations
 
 import concurrent.futures
 import logging
-import os
 import threading
 from typing import Any, Callable
 
@@ -28,15 +29,6 @@ _log = logging.getLogger(__name__)
 def abstract(tree):
   """ShapeDtypeStructs (with each array's sharding) of a pytree of arrays or ShapeDtypeStructs."""
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None)), tree)
-
-
-def _lowest_priority() -> None:
-  """The compile thread yields its core to the run's own threads (decoding uses every core): it
-  compiles in what they leave idle (host work, sandbox checks, their own compilations' gaps)."""
-  try:
-    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # Linux: this thread's nice value
-  except (AttributeError, OSError):
-    pass
 
 
 def _signature(args) -> tuple:
@@ -64,8 +56,7 @@ class Ahead:
         return
       self._submitted.add(key)
       if self._pool is None:
-        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="compile-ahead",
-                                                            initializer=_lowest_priority)
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="compile-ahead")
       future = self._pool.submit(self._compile, jitted, abstract_args)
       self._pending.setdefault(id(jitted), []).append(future)
 

@@ -42,6 +42,21 @@ def reward_sequence_len(config) -> int:
 
 
 RECOMPUTE_LOGPROBS = ("auto", "on", "off")
+COMPILE_AHEAD = ("auto", "on", "off")
+# compile_ahead "auto": on from this many CPU cores. With 2 the decode loop keeps both busy and a
+# background compilation slows generation as much as it saves (docs/demo.md, "Compiling ahead").
+COMPILE_AHEAD_MIN_CORES = 8
+
+
+def compile_ahead(config) -> bool:
+  """config.compile_ahead: "auto" = on when this process may use at least COMPILE_AHEAD_MIN_CORES CPU
+  cores (cores the run leaves idle compile while it generates); "on" | "off"."""
+  value = config.compile_ahead
+  if value == "auto":
+    import os
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores >= COMPILE_AHEAD_MIN_CORES
+  return value == "on"
 
 
 def recompute_logprobs(config) -> bool:
@@ -89,6 +104,8 @@ def check_config(config) -> None:
     raise ConfigError(f"config.train.fresh_optimizer restarts the schedule every step: use schedule='constant' "
                       f"(warmup_steps then counts within each step), not {config.train.schedule!r}")
   profiling.parse_steps(config.profile.steps)  # names the field if a step is not a number
+  if config.compile_ahead not in COMPILE_AHEAD:
+    raise ConfigError(f"config.compile_ahead: {config.compile_ahead!r} is not one of {COMPILE_AHEAD}")
   if config.train.ppo_mini_batches < 1:
     raise ConfigError(f"config.train.ppo_mini_batches={config.train.ppo_mini_batches}: must be >= 1")
   if config.reward.name == "soar_utility":
@@ -119,8 +136,9 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.compile_cache_dir = "~/.cache/compassplay_jax/xla"
   # Programs whose shapes are known early (the optimizer update, a fixed reference set's g_ref, the
   # cosine pass once proposals are validated) compile on a background thread while the step
-  # generates (compassplay_jax/compile_ahead.py). False: each compiles at its first call.
-  config.compile_ahead = True
+  # generates (compassplay_jax/compile_ahead.py): "auto" (on from COMPILE_AHEAD_MIN_CORES CPU cores) |
+  # "on" | "off" (each program compiles at its first call).
+  config.compile_ahead = "auto"
   # Where "data:<relpath>" paths point: "" = $COMPASSPLAY_DATA, else ~/.cache/compassplay/data.
   # Fill it with `python -m compassplay_jax.data fetch --all` (docs/data.md).
   config.data_dir = ""

@@ -52,7 +52,7 @@ class EngineSettings:
   reward_chunk_size: int | None = 8  # candidates per chunk inside one cosine pass
   reward_micro_batch: int = 8  # rows per forward/backward of g_ref and of a cosine pass
   norm_mode: str = "auto"
-  compile_ahead: bool = True  # compile known programs on a background thread (compile_ahead.py)
+  compile_ahead: bool = False  # compile known programs on a background thread (compile_ahead.py)
 
   def __post_init__(self):
     if self.reward_method not in cosines_lib.METHODS:
@@ -70,7 +70,7 @@ class EngineSettings:
         temperature=config.sampling.temperature if config.sampling.temperature > 0 else 1.0)
     r = config.reward
     return cls(train=train, reward_method=r.method, reward_chunk_size=r.chunk_size,
-               reward_micro_batch=r.micro_batch_size, compile_ahead=config.compile_ahead)
+               reward_micro_batch=r.micro_batch_size, compile_ahead=config_base.compile_ahead(config))
 
   def fitted(self, mesh: Mesh) -> "EngineSettings":
     """Micro-batch sizes rounded up to multiples of data*fsdp, where that changes no result.

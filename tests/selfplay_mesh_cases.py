@@ -45,7 +45,7 @@ TOL = dict(rtol=1e-5, atol=1e-5)
 
 @pytest.fixture(scope="module")
 def setup():
-  config = _config("coding:tiny", **SHORT_SEQUENCES)
+  config = _config("coding:tiny", compile_ahead="on", **SHORT_SEQUENCES)  # "auto" is off on 2 cores
   model, tokenizer = build_model(config)
   graphdef, params = nnx.split(model)
   pool = SandboxPool(num_workers=2)

@@ -15,7 +15,7 @@ from compassplay_jax.selfplay import alignment
 from compassplay_jax.selfplay import step as step_lib
 from compassplay_jax.selfplay.sequences import pack
 from tests import compile_events
-from tests.test_selfplay import tiny_model
+from tests.test_selfplay import _config, tiny_model
 
 AHEAD = {"jit(reference_gradient)", "jit(gradient_cosines)", "jit(update)"}
 
@@ -27,7 +27,7 @@ def tiny():
 
 def _engine(graphdef, params, config, ahead: bool):
   config = config.copy_and_resolve_references()
-  config.compile_ahead = ahead
+  config.compile_ahead = "on" if ahead else "off"
   return step_lib.one_device_engine(graphdef, params, config)
 
 
@@ -61,3 +61,18 @@ def test_programs_compiled_ahead_are_the_ones_the_calls_run(tiny):
   assert not AHEAD & compile_events.on_main(events), events
   for a, b in zip(jax.tree.leaves(with_ahead), jax.tree.leaves(without)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_auto_compiles_ahead_from_eight_cores_and_a_bad_value_names_the_field(monkeypatch):
+  from compassplay_jax import config_base
+  from compassplay_jax.models.config import ConfigError
+  config = _config("coding:tiny")
+  for cores, want in ((2, False), (7, False), (8, True), (64, True)):
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid, n=cores: set(range(n)))
+    assert config_base.compile_ahead(config) is want, cores
+  config.compile_ahead = "on"
+  assert config_base.compile_ahead(config) is True
+  config.compile_ahead = "yes"
+  with pytest.raises(ConfigError, match="config.compile_ahead: 'yes' is not one of"):
+    config_base.check_config(config)
+

@@ -38,6 +38,3 @@ def recorded():
 def on_main(events) -> set:
   return {name for thread, name in events if thread == threading.main_thread().name}
 
-
-def off_main(events) -> set:
-  return {name for thread, name in events if thread != threading.main_thread().name}

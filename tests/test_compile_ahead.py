@@ -75,4 +75,3 @@ def test_auto_compiles_ahead_from_eight_cores_and_a_bad_value_names_the_field(mo
   config.compile_ahead = "yes"
   with pytest.raises(ConfigError, match="config.compile_ahead: 'yes' is not one of"):
     config_base.check_config(config)
-

@@ -372,7 +372,8 @@ class CodingSelfPlay:
     if not valid:
       return step_lib.Verified(candidates, checked)
     tasks_of, n = checked.tasks, c.solve_samples
-    if not self.local:  # the cosine pass's shape, guessed from the gold answers, compiles while the solver samples
+    # The cosine pass (its shape guessed from the gold answers) compiles while the solver samples.
+    if engine.ahead.enabled and not self.local:
       solving = [tasks_of[i] for i in valid]
       step_lib.cosines_ahead(engine, params, self.scoring(),
                              [truncate_prompt(self.tokenizer, p, self.config.sampling.max_prompt_tokens)

@@ -188,6 +188,8 @@ def compile_ahead(engine, params, opt_state, setting: Setting, plan, update: Upd
   """Starts compiling the programs whose shapes are known before the step generates, on the engine's
   background thread (compile_ahead.py; nothing once they are compiled): g_ref of the fixed reference
   sets, then the length-bucketed step's optimizer update."""
+  if not engine.ahead.enabled:
+    return
   if rewards_lib.uses_cosine(setting.scoring().reward_name):
     for reference in setting.fixed_references(plan).values():
       alignment.reference_gradient_ahead(engine, params, reference)
@@ -200,7 +202,7 @@ def compile_ahead(engine, params, opt_state, setting: Setting, plan, update: Upd
 def cosines_ahead(engine, params, options: "ScoreOptions", prompt_ids, solution_ids) -> None:
   """Compiles, in the background, the cosine pass of candidates with these (prompt, solution) ids
   (or ids of the same lengths), when the reward uses cosines."""
-  if rewards_lib.uses_cosine(options.reward_name):
+  if engine.ahead.enabled and rewards_lib.uses_cosine(options.reward_name):
     alignment.candidate_cosines_ahead(engine, params, prompt_ids, solution_ids, max_len=options.max_len,
                                       fixed_rows=options.fixed_rows, buckets=options.buckets)
 

@@ -67,6 +67,21 @@ class CheckpointManager:
         enable_async_checkpointing=async_save)
     self._manager = ocp.CheckpointManager(self.directory, options=options)
     self._writing: int | None = None  # the step whose save was started last (async: may still be writing)
+    self._await_tmp_cleanup()
+
+  def _await_tmp_cleanup(self) -> None:
+    """Orbax deletes a crashed save's temporary directory on a background thread, and its close() does
+    not wait for that. A second manager on the same directory (the resumed run after an inspection)
+    then deletes the same files at the same time and one of them fails on a file the other removed
+    (CI, stop 43). Waiting here means the directory holds only committed steps once we return."""
+    await_cleanup = getattr(self._manager, "_maybe_await_cleanup_tmp_directory", None)  # Orbax 0.11+
+    if await_cleanup is None:
+      return
+    try:
+      await_cleanup()
+    except OSError as e:
+      raise CheckpointError(f"could not remove an unfinished save's temporary files in {self.directory}: "
+                            f"{type(e).__name__}: {e}") from e
 
   def should_save(self, step: int) -> bool:
     return step % self.save_every == 0

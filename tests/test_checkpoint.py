@@ -143,3 +143,22 @@ def test_session_close_closes_the_writer_and_the_pool_when_the_last_write_failed
   with pytest.raises(CheckpointError, match="checkpoint of step 1 was not written"):
     Session.close(stand_in)
   assert closed == ["manager", "writer", "setting", "compile-ahead"]
+
+
+def test_an_unfinished_save_is_gone_when_the_manager_is_opened(tmp_path):
+  # A crashed save leaves <step>.orbax-checkpoint-tmp. Orbax deletes it on a background thread that
+  # its close() does not wait for, so a second manager opened next deleted the same files at the same
+  # time and failed on one the other had removed (CI, stop 43). The constructor now waits: with a large
+  # leftover, the old constructor returned long before the delete finished.
+  params = {"w": jnp.arange(4.0)}
+  with CheckpointManager(tmp_path) as manager:
+    manager.save(1, params, params, jax.random.key(0), {})
+  leftover = tmp_path / "2.orbax-checkpoint-tmp" / "params.orbax-checkpoint-tmp"
+  for shard in range(40):
+    (leftover / f"d{shard}").mkdir(parents=True)
+    for i in range(100):
+      (leftover / f"d{shard}" / f"{i}").write_bytes(b"x")
+  for _ in range(2):  # the inspection, then the resumed run
+    with CheckpointManager(tmp_path, create=False) as manager:
+      assert sorted(p.name for p in tmp_path.iterdir()) == ["1"]
+      assert manager.latest_step() == 1

@@ -100,3 +100,12 @@ def test_full_file_oracle_and_corruption(shared_data, checker):
     wrong = [prompts.extract_math_answer(_as_completion(g)) for g in _corrupted(golds)]
     verdicts = _each_distinct_pair_once(checker, list(zip(golds, wrong)))
     assert [(g, w) for g, w, v in zip(golds, wrong, verdicts) if v == "correct"] == [], name
+
+
+def test_each_answer_is_parsed_once_per_worker():
+  # An evaluation checks one gold against every sample of its problem: the gold is parsed once.
+  from compassplay_jax.evals import math_check
+  math_check._parsed.cache_clear()
+  preds = ["\\frac{2}{4}", "0.5", "1/3", "0.5"]
+  assert [math_check.check_math_answer("\\frac12", p) for p in preds] == [True, True, False, True]
+  assert math_check._parsed.cache_info().misses == 4  # the gold and three distinct predictions

@@ -5,6 +5,7 @@ adversarial input. So each check runs in the main thread of a worker process, wi
 timeouts on, and the parent kills and replaces any worker that passes a hard per-item deadline.
 """
 import collections
+import functools
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -35,10 +36,18 @@ def check_math_answer(gold: str, pred: str, timeout_s: int = 3) -> bool:
     return False
   if _normalise(pred) == _normalise(gold):
     return True
-  from math_verify import parse, verify  # pylint: disable=g-import-not-at-top
-  gold_parsed = parse("\\boxed{" + gold + "}", parsing_timeout=timeout_s)
-  pred_parsed = parse("\\boxed{" + pred + "}", parsing_timeout=timeout_s)
-  return bool(verify(gold_parsed, pred_parsed, timeout_seconds=timeout_s))
+  from math_verify import verify  # pylint: disable=g-import-not-at-top
+  gold_parsed, pred_parsed = _parsed(gold, timeout_s), _parsed(pred, timeout_s)
+  return bool(verify(list(gold_parsed), list(pred_parsed), timeout_seconds=timeout_s))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(answer: str, timeout_s: int) -> tuple:
+  """math-verify's parse of \\boxed{answer}, once per worker: an evaluation checks each gold against
+  every sample of its problem, and parsing is ~2/3 of a check. Sympy expressions are immutable, and
+  verify gets a fresh list."""
+  from math_verify import parse  # pylint: disable=g-import-not-at-top
+  return tuple(parse("\\boxed{" + answer + "}", parsing_timeout=timeout_s))
 
 
 def _worker_main(conn, check_fn, timeout_s):

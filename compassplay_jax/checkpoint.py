@@ -55,15 +55,21 @@ class CheckpointManager:
   """
 
   def __init__(self, directory, *, keep: int = 3, save_every: int = 1, create: bool = True,
-               async_save: bool = False):
+               async_save: bool = False, read_only: bool = False):
+    """read_only: a reader beside a run that may be writing (evaluation, inspection): it never creates the
+    directory, never saves, and leaves unfinished saves alone, which may be the writer's save in progress.
+    Only a writer removes a crashed save's leftovers."""
     self.directory = pathlib.Path(directory).expanduser().absolute()
+    self.read_only = read_only
+    create = create and not read_only
     if not create and not self.directory.is_dir():
       raise CheckpointError(f"checkpoint directory {self.directory} does not exist")
     if keep < 1 or save_every < 1:
       raise ValueError(f"keep and save_every must be >= 1, got keep={keep} save_every={save_every}")
     self.save_every = save_every
     options = ocp.CheckpointManagerOptions(
-        max_to_keep=keep, save_interval_steps=save_every, create=create, cleanup_tmp_directories=True,
+        max_to_keep=keep, save_interval_steps=save_every, create=create, cleanup_tmp_directories=not read_only,
+        read_only=read_only,
         enable_async_checkpointing=async_save)
     self._manager = ocp.CheckpointManager(self.directory, options=options)
     self._writing: int | None = None  # the step whose save was started last (async: may still be writing)
@@ -92,6 +98,8 @@ class CheckpointManager:
     Returns whether a save was started. With async_save, the write finishes in the background;
     call wait_until_finished() before relying on it.
     """
+    if self.read_only:
+      raise CheckpointError(f"checkpoint manager of {self.directory} is read-only: step {step} not saved")
     if not (force or self.should_save(step)):
       return False
     args = ocp.args.Composite(

@@ -73,6 +73,6 @@ def restore_params(checkpoint_dir, step: int, params):
   """The params of a training checkpoint (optimizer state not needed), restored into `params`' layout."""
   tcfg = TrainConfig()
   params, opt_state = init_train_state(params, tcfg)
-  with CheckpointManager(checkpoint_dir, create=False) as manager:
+  with CheckpointManager(checkpoint_dir, read_only=True) as manager:  # the run may still be writing
     _, restored, _, _, _ = manager.restore(step=step, params=params, opt_state=opt_state)
   return restored

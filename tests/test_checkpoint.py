@@ -162,3 +162,20 @@ def test_an_unfinished_save_is_gone_when_the_manager_is_opened(tmp_path):
     with CheckpointManager(tmp_path, create=False) as manager:
       assert sorted(p.name for p in tmp_path.iterdir()) == ["1"]
       assert manager.latest_step() == 1
+
+
+def test_a_read_only_manager_leaves_a_save_in_progress_alone(tmp_path):
+  # Evaluation restores checkpoints while the run may be writing the next one: a reader that removed
+  # unfinished saves would delete the writer's save in progress.
+  params = {"w": jnp.arange(4.0)}
+  with CheckpointManager(tmp_path) as manager:
+    manager.save(1, params, params, jax.random.key(0), {})
+  in_progress = tmp_path / "2.orbax-checkpoint-tmp" / "params.orbax-checkpoint-tmp"
+  in_progress.mkdir(parents=True)
+  with CheckpointManager(tmp_path, read_only=True) as reader:
+    step, restored, _, _, _ = reader.restore(params=params, opt_state=params)
+    assert step == 1 and np.array_equal(restored["w"], params["w"])
+    with pytest.raises(CheckpointError, match="read-only: step 3 not saved"):
+      reader.save(3, params, params, jax.random.key(0), {})
+  assert in_progress.is_dir()
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["1", "2.orbax-checkpoint-tmp"]

@@ -45,7 +45,7 @@ def _run_here(capsys, directory, *extra) -> str:
 
 def _final(directory):
   _, params, opt_state, _, _ = resume_driver.initial_state()
-  with CheckpointManager(directory, create=False) as manager:
+  with CheckpointManager(directory, read_only=True) as manager:
     return manager.restore(params=params, opt_state=opt_state)
 
 
@@ -81,7 +81,7 @@ def test_kill_and_resume_matches_straight_run(tmp_path, env, capsys):
 
   crashed.wait(timeout=TIMEOUT)
   assert crashed.returncode == -signal.SIGKILL
-  with CheckpointManager(crashed_dir, create=False) as manager:
+  with CheckpointManager(crashed_dir, read_only=True) as manager:  # the resumed run below cleans up
     survivor = manager.latest_step()
   assert survivor in (2, 3)  # 3 only if the write happened to commit before the kill
   assert f"RESUMED {survivor}" in _run_here(capsys, crashed_dir)

@@ -54,7 +54,7 @@ def _restore(workdir, config):
   _, params = nnx.split(model)
   params0 = jax.tree.map(np.array, params)
   params, opt_state = init_train_state(params, train_config(config))
-  with CheckpointManager(workdir / "checkpoints", create=False) as manager:
+  with CheckpointManager(workdir / "checkpoints", read_only=True) as manager:
     step, params, opt_state, key, extra = manager.restore(params=params, opt_state=opt_state)
   return params0, step, params, opt_state, extra
 
@@ -201,7 +201,7 @@ def _kill_after_step_and_resume(config, main_args, interrupted, step):
   assert proc.poll() is None, "the run ended before it could be killed"
   os.kill(proc.pid, signal.SIGKILL)
   proc.wait()
-  with CheckpointManager(interrupted / "checkpoints", create=False) as manager:
+  with CheckpointManager(interrupted / "checkpoints", read_only=True) as manager:
     assert manager.latest_step() in (step, step + 1)
   run(config, interrupted)
 
@@ -212,7 +212,7 @@ def _state_at(workdir, config, step):
   from compassplay_jax.selfplay.run import train_config
   model, _ = build_model(config)
   params, opt_state = init_train_state(nnx.split(model)[1], train_config(config))
-  with CheckpointManager(workdir / "checkpoints", create=False) as manager:
+  with CheckpointManager(workdir / "checkpoints", read_only=True) as manager:
     _, params, opt_state, key, extra = manager.restore(step, params=params, opt_state=opt_state)
   return _arrays(params) + _arrays(opt_state) + [np.asarray(jax.random.key_data(key))], extra
 

@@ -226,7 +226,7 @@ def main():
       return 1
     cmd = request.get("cmd", "")
     env = request.get("env")
-    _log(args.log, event="header" if env is None else "cmd", env=env, cmd=cmd)
+    _log(args.log, event="header" if env is None else "cmd", env=env, cmd=cmd, t=time.time())
     if env is not None and not 0 <= env < len(envs):
       _emit({"message": "Unknown environment."})
       continue

@@ -179,9 +179,9 @@ def test_parsing_is_linear_on_backtracking_bait():
   import time  # pylint: disable=g-import-not-at-top
   for bait in ("output(\n" * 40000, "<output>" * 40000, "<message>" * 40000, "\n" * 200000,
                "</think><answer>" * 20000, "#" + " " * 200000):
-    start = time.monotonic()
+    start = time.process_time()
     parsing.parse_solver_output(bait)
     parsing.parse_inputs_and_message("```input\n1\n```" * 10 + bait)
     parsing.function_names(bait)
     parsing.format_ok(bait)
-    assert time.monotonic() - start < 2.0, bait[:20]
+    assert time.process_time() - start < 2.0, bait[:20]  # CPU time: a loaded machine stretches wall time, not this

@@ -326,9 +326,9 @@ def test_random_literals_and_comments_are_read_as_built():
 
 def test_a_megabyte_of_output_is_rejected_in_one_line_and_fast():
   for text in ("\n  exact h" + "a" * 2**20, "\n  " + "(" * 2**20, "\n  simp\n" * (2**20 // 8)):
-    start = time.perf_counter()
+    start = time.process_time()
     reason = proof_body_violation(text)
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0  # CPU time: a loaded machine stretches wall time, not this
     assert reason == f"text too long: {len(text)} characters (limit {lean_guard.MAX_PROOF_CHARS})"
 
 

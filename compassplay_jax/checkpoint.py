@@ -78,8 +78,8 @@ class CheckpointManager:
   def _await_tmp_cleanup(self) -> None:
     """Orbax deletes a crashed save's temporary directory on a background thread, and its close() does
     not wait for that. A second manager on the same directory (the resumed run after an inspection)
-    then deletes the same files at the same time and one of them fails on a file the other removed
-    (CI, stop 43). Waiting here means the directory holds only committed steps once we return."""
+    then deletes the same files at the same time and one of them fails on a file the other removed.
+    Waiting here means the directory holds only committed steps once we return."""
     await_cleanup = getattr(self._manager, "_maybe_await_cleanup_tmp_directory", None)  # Orbax 0.11+
     if await_cleanup is None:
       return

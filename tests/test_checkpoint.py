@@ -148,7 +148,7 @@ def test_session_close_closes_the_writer_and_the_pool_when_the_last_write_failed
 def test_an_unfinished_save_is_gone_when_the_manager_is_opened(tmp_path):
   # A crashed save leaves <step>.orbax-checkpoint-tmp. Orbax deletes it on a background thread that
   # its close() does not wait for, so a second manager opened next deleted the same files at the same
-  # time and failed on one the other had removed (CI, stop 43). The constructor now waits: with a large
+  # time and failed on one the other had removed. The constructor now waits: with a large
   # leftover, the old constructor returned long before the delete finished.
   params = {"w": jnp.arange(4.0)}
   with CheckpointManager(tmp_path) as manager:

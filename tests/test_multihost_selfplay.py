@@ -9,6 +9,8 @@ sandbox job counts. Disagreeing processes (one verdict flipped on one host) stop
 Shown once: with step._local_train_batch feeding every row on each process (step 2's padded batch),
 step 2's train/loss matched the one-process run to the last digit (duplicated rows keep the token
 mean) and only the count failed: `assert g[name] == w[name], name` -> train/num_tokens, 70.0 == 35.0.
+Again on 2026-12-03 with every process feeding process 0's share of the train rows: step 1 failed
+on train/num_tokens, 54.0 == 35.0.
 """
 import json
 import pathlib

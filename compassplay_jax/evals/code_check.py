@@ -2,12 +2,17 @@
 
 Model text is never eval'd or exec'd in this process, and the gold answer never sits in a job that runs
 model text: the gold value and the answer are turned into canonical text in separate jobs, and this
-process compares the texts. For CRUXEval the canonical text is type-strict (a tuple is not a list, 1.0 is
-not 1, True is not 1; dict and set order ignored; NaN equals NaN as its repr does), and values whose type
-is not a builtin data type (an always-True __eq__, a list subclass) have none, so they never match.
+process compares the texts. An output prediction (CRUXEval-O, LCB-Execution) is credited as a value only:
+this process parses it (never evaluates it) and refuses anything but literals and a few value
+constructors (`value_only_problem`), and its job runs without the program, so `f(3)` or a name the
+program defines cannot stand in for the value. For CRUXEval the canonical text is type-strict (a tuple
+is not a list, 1.0 is not 1, True is not 1; dict and set order ignored; NaN equals NaN as its repr
+does), and values whose type is not a builtin data type (an always-True __eq__, a list subclass) have
+none, so they never match.
 LiveCodeBench programs run once per test; stdin outputs are compared here as plain strings, functional
 results come back as JSON (a round trip, so tuples are lists) and are compared here with the expected JSON.
 """
+import ast
 import dataclasses
 import decimal
 import json
@@ -16,9 +21,10 @@ from typing import Sequence
 
 from compassplay_jax.evals.benchmarks import EvalItem
 
-# Defined after the task code in every job, so the task cannot shadow them. Predictions are evaluated
-# in copies of the globals, so a prediction cannot rebind them either (and gains nothing if it did: the
-# comparison happens outside the sandbox).
+# Defined after the task code in every job, so the task cannot shadow them. Input predictions are
+# evaluated in copies of the globals (output predictions in a namespace of their own, without the program),
+# so a prediction cannot rebind them either (and gains nothing if it did: the comparison happens outside
+# the sandbox).
 _CHECK_HELPERS = r'''
 
 def __cp_strict_canon(v, depth=0):
@@ -53,6 +59,14 @@ def __cp_strict_canon(v, depth=0):
 
 def __cp_canon_value(src):
   return __cp_strict_canon(eval(compile(src, "<value>", "eval"), dict(globals())))
+
+
+def __cp_canon_literal(src):
+  # An output prediction, already checked to be a value (value_only_problem) in the harness; its job has
+  # no program in it, and the namespace holds only the value constructors the check allows.
+  names = {"__builtins__": {}, "set": set, "frozenset": frozenset, "tuple": tuple, "list": list,
+           "dict": dict, "float": float, "complex": complex, "inf": float("inf"), "nan": float("nan")}
+  return __cp_strict_canon(eval(compile(src, "<value>", "eval"), names))
 
 
 def __cp_canon_call(pred_src):
@@ -111,6 +125,61 @@ def _failure_detail(result) -> str:
   return result.status
 
 
+# What an output prediction may be built from: literals (numbers, strings, bytes, True/False/None),
+# tuple/list/set/dict displays of values, a sign before a number, a complex literal (1+2j), these
+# constructors applied to at most one value (set(), frozenset({1}), float('inf')), and the names inf and
+# nan (the repr of infinite and NaN floats). No other name, call, attribute, subscript, operator,
+# comprehension, lambda, f-string, starred or ** item: the program and any name it defines are out of reach.
+_VALUE_CALLS = frozenset({"set", "frozenset", "tuple", "list", "dict", "float", "complex"})
+_VALUE_NAMES = frozenset({"inf", "nan"})
+
+
+def _is_number(node) -> bool:
+  """A number constant, inf or nan under any run of signs (a loop: a long run must not exhaust the stack)."""
+  while isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+    node = node.operand
+  return (isinstance(node, ast.Constant) and type(node.value) in (int, float, complex)) or (
+      isinstance(node, ast.Name) and node.id in _VALUE_NAMES)
+
+
+def value_only_problem(source: str) -> str | None:
+  """None when `source` is a value written out (see _VALUE_CALLS), else why not. Parses, never evaluates."""
+  try:
+    tree = ast.parse(source, mode="eval")
+  except Exception as e:  # pylint: disable=broad-except  (SyntaxError, MemoryError, RecursionError)
+    return f"does not parse ({type(e).__name__})"
+  stack = [tree.body]
+  while stack:
+    node = stack.pop()
+    if isinstance(node, ast.Constant):
+      continue
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+      stack.extend(node.elts)  # A Starred element is refused when popped.
+    elif isinstance(node, ast.Dict):
+      if any(k is None for k in node.keys):
+        return "** in a dict"
+      stack.extend(node.keys + node.values)
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+      if not _is_number(node.operand):
+        return "sign before a non-number"
+    elif isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+      if not (_is_number(node.left) and isinstance(node.right, ast.Constant)
+              and type(node.right.value) is complex):
+        return "operator"
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+      if node.func.id not in _VALUE_CALLS:
+        return f"calls {node.func.id}"
+      if node.keywords or len(node.args) > 1:
+        return f"{node.func.id}() with more than one value"
+      stack.extend(node.args)
+    elif isinstance(node, ast.Name):
+      if node.id not in _VALUE_NAMES:
+        return f"names {node.id}"
+    else:
+      return type(node).__name__.lower()
+  return None
+
+
 def cruxeval_gold_job(item: EvalItem, timeout_s: float):
   """Canonical text of the gold output (a job with no model text in it)."""
   code = f"{item.code}\n{_CHECK_HELPERS}\n__cp_src = {item.output!r}\n"
@@ -118,19 +187,30 @@ def cruxeval_gold_job(item: EvalItem, timeout_s: float):
 
 
 def cruxeval_job(item: EvalItem, prediction: str, timeout_s: float):
-  """Canonical text of the prediction: the value (CRUXEval-O) or f(prediction) (CRUXEval-I); no gold."""
-  check = "__cp_canon_value" if item.kind == "cruxeval_o" else "__cp_canon_call"
+  """Canonical text of the prediction: the value (CRUXEval-O, in a job without the program) or
+  f(prediction) (CRUXEval-I); no gold."""
+  if item.kind == "cruxeval_o":
+    code = f"{_CHECK_HELPERS}\n__cp_src = {prediction!r}\n"
+    return _sandbox().Job(code=code, expr="__cp_canon_literal(__cp_src)", timeout_s=timeout_s)
   code = f"{item.code}\n{_CHECK_HELPERS}\n__cp_src = {prediction!r}\n"
-  return _sandbox().Job(code=code, expr=f"{check}(__cp_src)", timeout_s=timeout_s)
+  return _sandbox().Job(code=code, expr="__cp_canon_call(__cp_src)", timeout_s=timeout_s)
 
 
 def check_cruxeval(items: Sequence[EvalItem], predictions: Sequence[str], pool,
                    timeout_s: float = 10.0) -> list[CodeVerdict]:
-  """CRUXEval-O: predicted value strictly equals the gold output; CRUXEval-I: f(predicted) does."""
+  """CRUXEval-O: predicted value strictly equals the gold output; CRUXEval-I: f(predicted) does.
+
+  An output prediction must be a value written out (value_only_problem); anything else, `f(3)` or a name
+  the program defines included, scores 0 with detail "not_a_value: ..." and never reaches the sandbox."""
   verdicts = [CodeVerdict(False, "no_answer")] * len(items)
   # An empty input is a real answer for a zero-argument f; an empty output never is.
   todo = [i for i, (item, p) in enumerate(zip(items, predictions))
           if isinstance(p, str) and (p.strip() or item.kind == "cruxeval_i")]
+  for i in todo:
+    problem = value_only_problem(predictions[i]) if items[i].kind == "cruxeval_o" else None
+    if problem is not None:
+      verdicts[i] = CodeVerdict(False, f"not_a_value: {problem}")
+  todo = [i for i in todo if not verdicts[i].detail.startswith("not_a_value")]
   gold_index = {}
   for i in todo:
     gold_index.setdefault((items[i].code, items[i].output), len(gold_index))

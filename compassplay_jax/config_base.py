@@ -77,12 +77,16 @@ def eval_config() -> ml_collections.ConfigDict:
   cfg.paths = ""  # Per-benchmark file overrides: "math500=/x/test.jsonl,gsm8k=/y.jsonl".
   cfg.limit = 0  # Items per benchmark; 0 = all.
   cfg.seed = 0  # Seeds the per-benchmark subsample when limit > 0.
-  cfg.max_new_tokens = 8096  # AZR's validation response length; used by the generate_fn builder.
-  cfg.batch_size = 32
+  cfg.max_new_tokens = 8096  # AZR's validation response length: every prompt's budget unless `budgets` names it.
+  cfg.budgets = ""  # Per-benchmark or per-kind budgets: "math=16000,cruxeval_o=2048" (kinds: math, cruxeval_o, cruxeval_i, lcb).
+  cfg.engine = "rollout"  # "rollout": every prompt in one queue of the run's rollout engine | "static": batches of batch_size.
+  cfg.batch_size = 32  # Prompts per static-sampler call (engine "static" and plain generate_fn callers).
   cfg.prompt_style = "azr"  # "azr" | "azr_boxed" | "azr_think" | "chat" (see evals/prompts.py).
   cfg.workdir = ""  # Outputs go to <workdir>/eval/step_<N>/; "" = the run's workdir, or nothing written.
   cfg.every_steps = 0  # How often the training loop evaluates; 0 = never (AZR: test_freq=10; configs set theirs).
-  cfg.at_start = True  # With every_steps > 0, a fresh run also evaluates the base model (step 0).
+  cfg.dense_every_steps = 0  # Also every this many steps from dense_from_step on (the stretch a paper averages); 0 = off.
+  cfg.dense_from_step = 0
+  cfg.at_start = True  # When the run evaluates at all, a fresh run also evaluates the base model (step 0).
   cfg.math_timeout_s = 3.0  # Per item, as AZR's pebble timeout.
   cfg.code_timeout_s = 10.0  # Per CRUXEval job (AZR's executor timeout).
   cfg.lcb_timeout_s = 6.0  # Per LiveCodeBench test.

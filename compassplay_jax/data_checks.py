@@ -35,7 +35,7 @@ def needed_files(config) -> list[tuple[str, str]]:
       add("reward.reference_path", config.reward.reference_path)
   if config.setting == "lean":
     add("lean.targets_path", config.lean.targets_path)
-  if config.eval.every_steps:
+  if config.eval.every_steps or config.eval.get("dense_every_steps", 0):
     overridden = {e.split("=", 1)[0].strip() for e in (config.eval.paths or "").split(",") if "=" in e}
     if not config.eval.data_dir:  # "" = the data directory
       for name in benchmarks.parse_benchmark_names(config.eval.benchmarks):

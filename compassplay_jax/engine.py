@@ -434,13 +434,101 @@ class Engine:
         self.rollout = make_engine(name, self.graphdef, tokenizer, device_fns=self.local_sampler)
     return self.rollout
 
-  def greedy_texts(self, params, tokenizer, prompts: Sequence[str], max_new_tokens: int,
-                   micro_batch_size: int) -> list[str]:
-    """Greedy completions (evaluation)."""
+  def generate_shared(self, params, tokenizer, sampling, requests: Sequence, cfg, key, shares, on_finish=None):
+    """This process's share of the requests (`shares.take` of them: ids or sampling Requests) through
+    the run's rollout engine (config.sampling `sampling` names it), every process's rows then gathered
+    into one prompt-major GenerationResult. on_finish rows are indices among all prompts' rows."""
+    rollout = self.rollout_engine(tokenizer, sampling)
+    rollout.update_params(self.sampler_params(params))  # cast once per update, on the sampler mesh
+    if shares.count == 1:
+      return rollout.generate(requests, cfg, key, on_finish=on_finish)
+    offset = shares.start * cfg.n_samples  # this share's first row among all prompts' rows
+    local_finish = None if on_finish is None else (lambda row, *rest: on_finish(row + offset, *rest))
+    local = (rollout.generate(requests, cfg, jax.random.fold_in(key, shares.start), on_finish=local_finish)
+             if requests else None)
+    return gather_generation(local, shares, cfg.n_samples)
+
+  def greedy_queue(self, params, tokenizer, sampling, prompts: Sequence[str], budgets: Sequence[int],
+                   on_finish=None) -> list[str]:
+    """Greedy completions through the run's rollout engine (evaluation): every prompt in one generate
+    call, so the engine fills its slots from one queue, each with its own budget and no stop string;
+    weights cast to the compute dtype once (sampler_params). Across processes each host decodes its
+    share. on_finish(row, ...) as each row is final (a progress bar)."""
+    from compassplay_jax import distributed
+    from compassplay_jax.sampling import SamplingConfig
+    from compassplay_jax.sampling.batching import prompt_buckets
+    from compassplay_jax.sampling.prompts import encode_prompts
+    from compassplay_jax.sampling.rollout_engine import Request
+    if len(budgets) != len(prompts):
+      raise ValueError(f"greedy_queue: {len(budgets)} budgets for {len(prompts)} prompts")
+    ids = encode_prompts(tokenizer, list(prompts))
+    shares = distributed.Shares.of(len(ids))
+    requests = [Request(p, max_new_tokens=int(b)) for p, b in zip(shares.take(ids), shares.take(list(budgets)))]
+    cfg = SamplingConfig(temperature=0.0, n_samples=1, max_new_tokens=max(int(b) for b in budgets),
+                         bucket_lengths=prompt_buckets(max(len(p) for p in ids)))
+    return list(self.generate_shared(params, tokenizer, sampling, requests, cfg, 0, shares, on_finish=on_finish).texts)
+
+  def evaluation_queue(self, params, tokenizer, sampling, eval_config):
+    """The harness's generate_queue (evals/harness.evaluate): (prompts, budgets) -> greedy completions,
+    by eval_config.engine: "rollout" (greedy_queue: one queue of the run's rollout engine, `sampling`
+    being config.sampling) or "static" (greedy_texts, eval_config.batch_size prompts a call); with
+    eval_config.progress, a progress bar over prompts on process 0."""
+    import contextlib
+    import tqdm
+
+    def generate(prompts, budgets):
+      bar = tqdm.tqdm(total=len(prompts), desc=f"eval generate ({eval_config.engine})", unit="prompt",
+                      dynamic_ncols=True, disable=not eval_config.progress or jax.process_index() != 0)
+      with contextlib.closing(bar):
+        if eval_config.engine == "rollout":
+          return self.greedy_queue(params, tokenizer, sampling, prompts, budgets, on_finish=lambda *_: bar.update(1))
+        return self.greedy_texts(params, tokenizer, prompts, list(budgets), int(eval_config.batch_size),
+                                 on_batch=bar.update)
+    return generate
+
+  def greedy_texts(self, params, tokenizer, prompts: Sequence[str], max_new_tokens: int | Sequence[int],
+                   micro_batch_size: int, on_batch=None) -> list[str]:
+    """Greedy completions through the static sampler (SOAR's held-out answers; evaluation with
+    eval.engine="static"). max_new_tokens: one budget for all (one generate call), or one per prompt:
+    then prompts of one budget go shortest first in calls of `micro_batch_size` (on_batch(n) after each)."""
     from compassplay_jax.sampling import SamplingConfig, generate
-    config = SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens,
-                            micro_batch_size=sh.round_to_mesh(micro_batch_size, self.mesh))
-    return generate(self.graphdef, params, tokenizer, list(prompts), config, 0, device_fns=self.sampler).texts
+    mbs = sh.round_to_mesh(micro_batch_size, self.mesh)
+
+    def texts(batch, budget):
+      config = SamplingConfig(temperature=0.0, max_new_tokens=int(budget), micro_batch_size=mbs)
+      return generate(self.graphdef, params, tokenizer, list(batch), config, 0, device_fns=self.sampler).texts
+
+    if isinstance(max_new_tokens, (int, np.integer)):
+      return texts(prompts, max_new_tokens)
+    budgets = list(max_new_tokens)
+    if len(budgets) != len(prompts):
+      raise ValueError(f"greedy_texts: {len(budgets)} budgets for {len(prompts)} prompts")
+    out = [""] * len(prompts)
+    order = sorted(range(len(prompts)), key=lambda i: (budgets[i], len(prompts[i])))
+    groups = [[i for i in order if budgets[i] == b] for b in sorted(set(budgets))]
+    for group in groups:
+      for k in range(0, len(group), micro_batch_size):
+        batch = group[k:k + micro_batch_size]
+        for i, text in zip(batch, texts([prompts[i] for i in batch], budgets[batch[0]])):
+          out[i] = text
+        if on_batch is not None:
+          on_batch(len(batch))
+    return out
+
+
+def gather_generation(local, shares, n_samples: int):
+  """One prompt-major GenerationResult over all prompts from each process's result on its share
+  (None for an empty share)."""
+  from compassplay_jax import distributed
+  from compassplay_jax.sampling.generate import GenerationResult
+  parts = [p for p in distributed.allgather_objects(local) if p is not None]
+  fields = {name: [x for p in parts for x in getattr(p, name)] for name in
+            ("prompt_tokens", "tokens", "logprobs", "finish_reasons")}
+  has_texts = all(p.texts is not None for p in parts)
+  rows = np.arange(shares.n * n_samples)
+  return GenerationResult(prompt_index=rows // n_samples, sample_index=rows % n_samples,
+                          lengths=np.concatenate([np.asarray(p.lengths) for p in parts]),
+                          texts=[t for p in parts for t in p.texts] if has_texts else None, **fields)
 
 
 class _NoState:

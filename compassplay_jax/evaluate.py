@@ -28,7 +28,8 @@ _PLOT_RUNS = flags.DEFINE_string("plot_runs", "", "Run dirs to plot together (se
 
 
 def _load_generate_fn(config, checkpoint: str):
-  """(generate_fn, tokenizer) for a checkpoint; generate_fn(prompts) -> greedy completions.
+  """(generate_queue, tokenizer) for a checkpoint; generate_queue(prompts, budgets) -> greedy completions
+  through the engine (config.eval.engine: the rollout engine's one queue, or the static sampler).
 
   `checkpoint` is a training checkpoint (<run>/checkpoints/<step>, built from config.model and
   restored with orbax), anything `load_model` takes (a Hugging Face directory, a .gguf file,
@@ -54,13 +55,9 @@ def _load_generate_fn(config, checkpoint: str):
   # Greedy generation through a device engine (the run loop's path), on every local device.
   from compassplay_jax import sharding as sh
   from compassplay_jax.engine import Engine, EngineSettings
-  engine = Engine.build(graphdef, params, sh.make_mesh(None), EngineSettings())
+  engine = Engine.build(graphdef, params, sh.make_mesh(None), EngineSettings.from_config(config))
   params = engine.place_params(params)
-
-  def generate_fn(prompts):
-    return engine.greedy_texts(params, tokenizer, prompts, config.eval.max_new_tokens, config.eval.batch_size)
-
-  return generate_fn, tokenizer
+  return engine.evaluation_queue(params, tokenizer, config.sampling, harness.with_defaults(config.eval)), tokenizer
 
 
 def complete_config(config):
@@ -108,9 +105,9 @@ def run(config, checkpoints: list[str], benchmarks: str = "", workdir: str = "",
   items = harness.load_items(eval_config)
   for checkpoint in checkpoints:
     ckpt_step = step if step is not None and len(checkpoints) == 1 else step_from_path(checkpoint)
-    generate_fn, tokenizer = load_generate_fn(config, checkpoint)
-    summary = harness.evaluate(generate_fn, tokenizer, items, eval_config=eval_config, step=ckpt_step,
-                               workdir=out_root)
+    generate_queue, tokenizer = load_generate_fn(config, checkpoint)
+    summary = harness.evaluate(None, tokenizer, items, eval_config=eval_config, step=ckpt_step,
+                               workdir=out_root, generate_queue=generate_queue)
     logging.info("step %d: %s", ckpt_step, pathlib.Path(summary["out_dir"]) / "results.md")
     print(report.markdown_table(summary))
   return report.plot_history([out_root], pathlib.Path(out_root) / "eval" / "history.png")

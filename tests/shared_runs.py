@@ -81,18 +81,41 @@ def shared_config():
   return tiny_config(kl_coef=KL_COEF)
 
 
+EVAL_FIXTURES = REPO / "tests" / "fixtures" / "eval"
+
+
+def with_evaluation(config, every_steps: int):
+  """config evaluating every `every_steps` steps (not at step 0) on two tiny fixture benchmarks, a code
+  and a math one with different budgets, through the rollout engine (config.eval.engine's default)."""
+  config.eval.update(every_steps=every_steps, at_start=False, benchmarks="cruxeval_o,math500",
+                     data_dir=str(EVAL_FIXTURES), limit=2, max_new_tokens=12, budgets="math=6", progress=False)
+  return config
+
+
 def step_then_resume(reward: str, workdir: pathlib.Path, steps: int = 2, kl_coef: float = 0.0,
-                     profile_steps: str = "") -> dict:
+                     profile_steps: str = "", eval_every: int = 0) -> dict:
   """coding:tiny stepped `steps` times through a Session (one straight run), then a new Session on the
   same workdir resumes it for one more step (profile_steps: config.profile.steps of the straight run).
+  eval_every > 0: the run evaluates (with_evaluation), and after its last step the same params are
+  evaluated again through the static sampler (record["eval_static"], workdir/static_eval).
   Returns what test_session.py asserts on."""
   from compassplay_jax.selfplay.session import Session
-  with Session.create(tiny_config(reward, steps, kl_coef, profile_steps), workdir) as session:
+  config = tiny_config(reward, steps, kl_coef, profile_steps)
+  if eval_every:
+    with_evaluation(config, eval_every)
+  with Session.create(config, workdir) as session:
     record = {"reference_on_setting": session.setting.reference is not None,
               "loss_before": session.reference_loss(), "start": session.start}
-    record["metrics_keys"] = [sorted(session.step()) for _ in range(steps)]
+    record["metrics"] = [session.step() for _ in range(steps)]
+    record["metrics_keys"] = [sorted(m) for m in record["metrics"]]
     record["step_count"] = session.step_count
     record["loss_after"] = session.reference_loss()
+    if eval_every:
+      from compassplay_jax.selfplay import evaluation
+      static = with_evaluation(tiny_config(reward, steps, kl_coef), eval_every)
+      static.eval.engine = "static"
+      record["eval_static"] = evaluation.evaluate(static, session.engine, session.params, session.tokenizer,
+                                                  steps, workdir / "static_eval", session.eval_items)
   record["logged_steps"] = _logged_steps(workdir)
   with Session.create(tiny_config(reward, steps + 1, kl_coef), workdir) as session:
     record["resumed"] = (session.start, session.step_count)

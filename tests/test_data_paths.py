@@ -189,14 +189,14 @@ def test_start_up_refuses_data_files_that_are_not_the_pinned_ones(tmp_path, caps
   assert f"not checked: math/train.jsonl, {benchmarks.LCB_EXECUTION}\n" in capsys.readouterr().out
   # Once a fetch has recorded a converted file, an edit to it is refused, naming the manifest.
   config = _config("coding")
-  config.data_dir, config.eval.every_steps = str(tmp_path), 0
+  config.data_dir, config.eval.every_steps, config.eval.dense_every_steps = str(tmp_path), 0, 0
   recorded = hashlib.sha256((tmp_path / "math/train.jsonl").read_bytes()).hexdigest()
   (tmp_path / "MANIFEST.json").write_text(json.dumps({"files": {"math/train.jsonl": {"sha256": recorded}}}))
   (tmp_path / "azr_seed").rename(tmp_path / "azr_seed_unused")
   config.coding.seed_dir = ""
   data_checks.prepare_config(config)  # unchanged: passes
   config = _config("coding")
-  config.data_dir, config.eval.every_steps, config.coding.seed_dir = str(tmp_path), 0, ""
+  config.data_dir, config.eval.every_steps, config.eval.dense_every_steps, config.coding.seed_dir = str(tmp_path), 0, 0, ""
   (tmp_path / "math/train.jsonl").write_text("edited\n")
   with pytest.raises(paths.DataIntegrityError, match=r"math/train\.jsonl: sha256 expected " + recorded +
                      r" \(the sha256 the fetch recorded in MANIFEST\.json\), got "):
@@ -225,7 +225,7 @@ def test_evaluate_reads_the_configs_data_dir(tmp_path):
   eval_config = harness.default_eval_config()
   eval_config.update(benchmarks="gsm8k", progress=False, num_workers=1)
   config = ml_collections.ConfigDict({"workdir": str(tmp_path), "data_dir": str(fixtures), "eval": eval_config})
-  evaluate_cli.run(config, ["/ck/step_1"], load_generate_fn=lambda cfg, ck: (lambda ps: ["no answer"] * len(ps), None))
+  evaluate_cli.run(config, ["/ck/step_1"], load_generate_fn=lambda cfg, ck: (lambda ps, bs: ["no answer"] * len(ps), None))
   results = json.loads((tmp_path / "eval" / "step_1" / "results.json").read_text())
   expected = len((fixtures / "gsm8k" / "test.jsonl").read_text().splitlines())  # 3; the full set has 1319
   assert results["benchmarks"]["gsm8k"]["total"] == expected

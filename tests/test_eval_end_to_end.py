@@ -1,4 +1,5 @@
-"""Tiny real model, 3 items per benchmark, through the sampler: completes and writes every output."""
+"""Tiny real model, 3 items per benchmark, through the engine: completes and writes every output, and
+the rollout engine's one queue gives the static sampler's greedy answers."""
 import json
 import pathlib
 
@@ -10,16 +11,52 @@ from compassplay_jax.evals import harness
 FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "eval"
 
 
-@pytest.mark.slow
-def test_tiny_model_end_to_end(tmp_path):
+def _run(tmp_path, engine: str, budgets: str = "") -> tuple[dict, list[dict]]:
   from compassplay_jax import evaluate as evaluate_cli  # pylint: disable=g-import-not-at-top
   eval_cfg = harness.default_eval_config()
   eval_cfg.update(benchmarks="all", data_dir=str(FIXTURES), limit=3, max_new_tokens=16, batch_size=8,
-                  progress=False)
-  config = ml_collections.ConfigDict({"workdir": str(tmp_path), "eval": eval_cfg.to_dict()})
+                  progress=False, engine=engine, budgets=budgets)
+  config = ml_collections.ConfigDict({"workdir": str(tmp_path / engine), "eval": eval_cfg.to_dict()})
   png = evaluate_cli.run(config, ["tiny"], step=0)
-  out = tmp_path / "eval" / "step_0"
-  results = json.loads((out / "results.json").read_text())
-  assert set(results["benchmarks"]) == set(harness.load_items(eval_cfg))
-  assert len((out / "predictions.jsonl").read_text().splitlines()) == 3 * len(results["benchmarks"]) == 36
-  assert (out / "results.md").exists() and png.exists()
+  assert png.exists()
+  out = tmp_path / engine / "eval" / "step_0"
+  assert (out / "results.md").exists()
+  rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+  return json.loads((out / "results.json").read_text()), rows
+
+
+@pytest.mark.slow
+def test_tiny_model_end_to_end_rollout_queue_equals_static_batches(tmp_path):
+  # Mixed budgets per kind and per benchmark: the queue decodes rows of different lengths side by side.
+  budgets = "math=12,cruxeval_o=20,livecodebench_execution=8"
+  results, rows = _run(tmp_path, "rollout", budgets)
+  assert set(results["benchmarks"]) == set(harness.load_items({"benchmarks": "all", "data_dir": str(FIXTURES)}))
+  assert len(rows) == 3 * len(results["benchmarks"]) == 36
+  static_results, static_rows = _run(tmp_path, "static", budgets)
+  assert [(r["benchmark"], r["id"]) for r in rows] == [(r["benchmark"], r["id"]) for r in static_rows]
+  assert [r["completion"] for r in rows] == [r["completion"] for r in static_rows]
+  assert results["benchmarks"] == static_results["benchmarks"]
+  # Each row stopped at its own budget: the math rows' completions are shorter than CRUXEval-O's.
+  lengths = {}
+  for r in rows:
+    lengths.setdefault(r["benchmark"], set()).add(len(r["completion"]))
+  assert max(lengths["math500"]) < max(lengths["cruxeval_o"]), lengths
+
+
+def test_budgets_due_and_config_errors():
+  items = {"cruxeval_o": [harness.benchmarks_lib.EvalItem(benchmark="cruxeval_o", kind="cruxeval_o", item_id="a")],
+           "math500": [harness.benchmarks_lib.EvalItem(benchmark="math500", kind="math", item_id="b")] * 2,
+           "gsm8k": [harness.benchmarks_lib.EvalItem(benchmark="gsm8k", kind="math", item_id="c")]}
+  cfg = {"max_new_tokens": 100, "budgets": "math=16000,gsm8k=50"}
+  assert harness.budgets_for(items, cfg) == [100, 16000, 16000, 50]  # name beats kind beats the default
+  with pytest.raises(ValueError, match=r"config.eval.budgets: bad entry 'maths=3'"):
+    harness.check_eval_config({"budgets": "maths=3"})
+  with pytest.raises(ValueError, match=r"config.eval.engine: 'vllm' is not one of"):
+    harness.check_eval_config({"engine": "vllm"})
+  # The paper's cadence: step 0, every 25 steps, every 5 from step 150 (configs/coding.py).
+  paper = {"every_steps": 25, "dense_every_steps": 5, "dense_from_step": 150, "at_start": True}
+  steps = [s for s in range(201) if harness.due(s, paper)]
+  assert steps == [0, 25, 50, 75, 100, 125] + list(range(150, 201, 5))
+  assert len([s for s in steps if s >= 150]) == 11
+  assert [s for s in range(21) if harness.due(s, {"every_steps": 5, "at_start": False})] == [5, 10, 15, 20]
+  assert not any(harness.due(s, {"every_steps": 0}) for s in range(10))

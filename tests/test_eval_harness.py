@@ -41,7 +41,7 @@ def _oracle_generate_fn(items, right=True):
       else:
         answer = f"\\boxed{{{item.answer if right else 'wrong'}}}"
       by_prompt[prompts.build_prompt(item, "azr")] = f" think </think> <answer>{answer}</answer>"
-  return lambda batch: [by_prompt[p] for p in batch]
+  return lambda batch, budgets=None: [by_prompt[p] for p in batch]  # a generate_fn or a generate_queue
 
 
 def test_evaluate_writes_table_predictions_and_plot(tmp_path):

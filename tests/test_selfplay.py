@@ -283,7 +283,7 @@ def test_every_config_variant_builds_and_names_known_benchmarks(arg):
   from compassplay_jax.evals import harness
   config = _config(arg)
   assert config.setting == arg.split(":")[0]
-  harness._with_defaults(config.eval)  # pylint: disable=protected-access
+  harness.with_defaults(config.eval)
   names = [b for b in str(config.eval.benchmarks).split(",") if b]
   from compassplay_jax.evals.benchmarks import BENCHMARKS
   assert set(names) <= set(BENCHMARKS), names

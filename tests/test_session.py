@@ -19,7 +19,8 @@ def test_steps_one_at_a_time_then_resume(tmp_path, request, reward):
     workdir, record = runs.straight, runs.session
   else:
     # Step 2 traced (config.profile.steps): compassplay_jax/profiling.py's Session-level check.
-    workdir, record = tmp_path, shared_runs.step_then_resume(reward, tmp_path, profile_steps="2")
+    # It also evaluates at step 2 (shared_runs.with_evaluation), then again through the static sampler.
+    workdir, record = tmp_path, shared_runs.step_then_resume(reward, tmp_path, profile_steps="2", eval_every=2)
   assert record["start"] == 0
   loss0 = record["loss_before"]
   assert math.isfinite(loss0) and loss0 > 0  # difficulty runs get their own copy of the reference set
@@ -38,6 +39,7 @@ def test_steps_one_at_a_time_then_resume(tmp_path, request, reward):
   assert record["logged_steps_after_resume"] == [1, 2, 3]
   assert [json.loads(l)["step"] for l in (workdir / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
   if reward == "difficulty":
+    _evaluation_went_through_the_continuous_engine(workdir, record)
     # One trace (step 2's, not the resumed step 3's), holding the step's own programs by name: the
     # continuous engine's decode and the bucketed update's accumulate.
     from compassplay_jax import profiling
@@ -45,3 +47,24 @@ def test_steps_one_at_a_time_then_resume(tmp_path, request, reward):
     assert len(traces) == 1, traces
     programs = dict(profiling.program_totals(profiling.summarize(traces[0])))
     assert {"jit_decode_chunk_program", "jit_accumulate"} <= set(programs), sorted(programs)
+
+
+def _evaluation_went_through_the_continuous_engine(workdir, record):
+  """Step 2's evaluation decoded every prompt in one queue of the continuous engine (its counters are in
+  the metrics), gave the static sampler's greedy answers at the same params, and its time is in the
+  step's accelerator cost."""
+  step1, step2 = record["metrics"]
+  assert not any(k.startswith(("eval/", "eval_engine/")) for k in step1) and step1["cost/eval_accelerator_s"] == 0
+  assert step2["eval_engine/continuous"] == 1 and step2["eval_engine/prompts"] == 4  # 2 CRUXEval-O + 2 MATH-500
+  assert step2["eval_engine/decode_steps"] > 0 and step2["time/eval"] > 0
+  assert step2["cost/accelerator_s"] == pytest.approx(step2["time/step"] + step2["time/eval"])  # one device
+  assert step2["cost/eval_accelerator_s"] == pytest.approx(step2["time/eval"])
+  static = record["eval_static"]
+  assert "eval_engine/continuous" not in static
+  assert {k: v for k, v in step2.items() if k.startswith("eval/")} == {k: v for k, v in static.items() if k.startswith("eval/")}
+
+  def completions(root):
+    rows = [json.loads(line) for line in (root / "eval" / "step_2" / "predictions.jsonl").read_text().splitlines()]
+    return [(r["benchmark"], r["id"], r["completion"]) for r in rows]
+  rollout, static_rows = completions(workdir), completions(workdir / "static_eval")
+  assert len(rollout) == 4 and rollout == static_rows

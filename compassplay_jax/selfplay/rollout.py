@@ -11,7 +11,6 @@ from compassplay_jax import distributed
 from compassplay_jax.config_base import dataclass_from
 from compassplay_jax.rewards.proposer_rewards import RewardConfig
 from compassplay_jax.sampling import SamplingConfig
-from compassplay_jax.sampling.generate import GenerationResult
 
 
 @dataclasses.dataclass
@@ -65,27 +64,7 @@ def sample(engine, params, tokenizer, prompts: Sequence[str | Sequence[int]], co
   ids = [truncate_prompt(tokenizer, p, config.sampling.max_prompt_tokens) if isinstance(p, str) else list(p)
          for p in shares.take(list(prompts))]
   cfg = sampling_config(config, n_samples=n_samples, max_new_tokens=max_new_tokens, stop_strings=stop_strings)
-  rollout_engine = engine.rollout_engine(tokenizer, config.sampling)
-  rollout_engine.update_params(engine.sampler_params(params))  # cast once per update, on the sampler mesh
-  if shares.count == 1:
-    return rollout_engine.generate(ids, cfg, key, on_finish=on_finish)
-  offset = shares.start * n_samples  # this share's first row among all prompts' rows
-  local_finish = None if on_finish is None else (lambda row, *rest: on_finish(row + offset, *rest))
-  local = rollout_engine.generate(ids, cfg, jax.random.fold_in(key, shares.start), on_finish=local_finish) if ids else None
-  return gather_generation(local, shares, n_samples)
-
-
-def gather_generation(local, shares, n_samples: int) -> GenerationResult:
-  """One prompt-major GenerationResult over all prompts from each process's result on its share
-  (None for an empty share)."""
-  parts = [p for p in distributed.allgather_objects(local) if p is not None]
-  fields = {name: [x for p in parts for x in getattr(p, name)] for name in
-            ("prompt_tokens", "tokens", "logprobs", "finish_reasons")}
-  has_texts = all(p.texts is not None for p in parts)
-  rows = np.arange(shares.n * n_samples)
-  return GenerationResult(prompt_index=rows // n_samples, sample_index=rows % n_samples,
-                          lengths=np.concatenate([np.asarray(p.lengths) for p in parts]),
-                          texts=[t for p in parts for t in p.texts] if has_texts else None, **fields)
+  return engine.generate_shared(params, tokenizer, config.sampling, ids, cfg, key, shares, on_finish=on_finish)
 
 
 def split_key(key, n: int):

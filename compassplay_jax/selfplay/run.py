@@ -15,6 +15,7 @@ from compassplay_jax.engine import EngineSettings
 from compassplay_jax.model_setup import build_model, restore_params  # noqa: F401  (used by tests and tools)
 from compassplay_jax.rl.train_step import TrainConfig
 from compassplay_jax.selfplay.session import Session
+from compassplay_jax.selfplay import evaluation
 
 SUMMARY_KEYS = [("proposer", "reward/proposer"), ("solver", "reward/solver"), ("valid", "valid_rate"),
                 ("in-band", "in_band_rate"), ("cos-paid", "cos_paid_count"), ("cos share", "cos_share"),
@@ -37,7 +38,7 @@ def run(config, workdir: pathlib.Path) -> dict:
   start = session.start
   metrics = {}
   try:
-    if start == 0 and config.eval.every_steps and config.eval.at_start:
+    if start == 0 and evaluation.due(config, 0):
       base = session.evaluate_base()  # the base model: the report's step-0 row
       print("[compassplay] step 0 (base model): " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(base.items())),
             flush=True)

@@ -25,6 +25,7 @@ from compassplay_jax.checkpoint import CheckpointManager
 from compassplay_jax.engine import Engine, EngineSettings
 from compassplay_jax.metrics import MetricsWriter, last_value, truncate_metrics
 from compassplay_jax.model_setup import build_model
+from compassplay_jax.selfplay import evaluation
 from compassplay_jax.selfplay import step as step_lib
 
 
@@ -57,6 +58,7 @@ class Session:
     prepare_config(config)  # data: paths -> files in the data directory; missing ones name their fetch command
     config_base.check_config(config)
     validate_setting(config)
+    evaluation.check(config)
     compile_cache.enable(config.compile_cache_dir)  # before anything compiles
     compiles = compile_cache.CompileStats()
     workdir.mkdir(parents=True, exist_ok=True)
@@ -115,14 +117,11 @@ class Session:
                                  update=self.update_options, ref_params=self.ref_params, progress=progress)
     self.params, self.opt_state = result.params, result.opt_state
     metrics = dict(result.metrics)
-    # The cost axis of the reports: wall time x devices (docs/experiments.md); eval time not included.
-    metrics["cost/accelerator_s"] = metrics["time/step"] * jax.device_count()
-    self.accelerator_s_total += metrics["cost/accelerator_s"]
-    metrics["cost/accelerator_s_total"] = self.accelerator_s_total
     compiled_after = self.compiles.totals()
     metrics.update({k: compiled_after[k] - compiled_before[k] for k in compiled_after})
-    if config.eval.every_steps and step % config.eval.every_steps == 0:
+    if evaluation.due(config, step):
       metrics.update(self.evaluate(step))
+    self._add_cost(metrics)
     # What must be global is the same on every process (a no-op on one): else stop, naming the field.
     extras = {"selfplay": self.setting.state_dict(), "step": step}
     distributed.check_agreement(step, {
@@ -135,8 +134,8 @@ class Session:
     return metrics
 
   def evaluate(self, step: int) -> dict[str, float]:
-    """Greedy evaluation of the current params on config.eval's benchmarks: {eval/<benchmark>: accuracy}."""
-    from compassplay_jax.selfplay import evaluation
+    """Greedy evaluation of the current params on config.eval's benchmarks: {eval/<benchmark>: accuracy,
+    time/eval: seconds}."""
     if self.eval_items is None:
       self.eval_items = evaluation.load_items(self.config)
     return evaluation.evaluate(self.config, self.engine, self.params, self.tokenizer, step, self.workdir,
@@ -144,10 +143,20 @@ class Session:
 
   def evaluate_base(self) -> dict[str, float]:
     """The step-0 evaluation (the base model, before any update), logged as metrics line 0: the
-    report's base-model row. Only on a fresh run whose config evaluates (eval.every_steps > 0)."""
+    report's base-model row. Only on a fresh run whose config evaluates at step 0 (evaluation.due)."""
     metrics = self.evaluate(0)
+    self._add_cost(metrics)
     self.writer.write(0, metrics)
     return metrics
+
+  def _add_cost(self, metrics: dict) -> None:
+    """The cost axis of the reports (docs/experiments.md): wall time x devices of the step and of its
+    evaluation (time/eval, when it ran), and the running sum; the evaluation's share also on its own."""
+    devices = jax.device_count()
+    metrics["cost/eval_accelerator_s"] = metrics.get("time/eval", 0.0) * devices
+    metrics["cost/accelerator_s"] = metrics.get("time/step", 0.0) * devices + metrics["cost/eval_accelerator_s"]
+    self.accelerator_s_total += metrics["cost/accelerator_s"]
+    metrics["cost/accelerator_s_total"] = self.accelerator_s_total
 
   def reference_loss(self) -> float:
     """The solver's mean per-sequence loss on the setting's reference set at the current params (the

@@ -115,6 +115,12 @@ class CheckpointManager:
     self._writing = step
     return started
 
+  def reached_preemption(self, step: int) -> bool:
+    """Whether the processes of a multi-process run have reached the preemption sync point at `step`
+    (a SIGTERM on any of them; Orbax's reached_preemption, False when JAX's preemption service is off).
+    Call it at every step on every process (compassplay_jax/preemption.py)."""
+    return bool(self._manager.reached_preemption(step))
+
   def all_steps(self) -> list[int]:
     return sorted(self._manager.all_steps())
 

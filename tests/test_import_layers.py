@@ -38,6 +38,7 @@ FORBIDDEN = {
     "errors.py": {"*"},
     "gc_policy.py": {"*"},
     "tensorboard_events.py": {"*"},
+    "preemption.py": {"*"},  # the run loop's SIGTERM flag and multi-process sync point: jax only
     "profiling.py": {"selfplay", "domains", "evals", "engine", "rl", "rewards", "sampling", "verifiers", "sharding"},
     "jsonl.py": {"selfplay", "domains", "evals", "rl", "rewards", "sampling", "engine", "models", "sharding"},
     "model_setup.py": {"selfplay", "domains", "evals"},

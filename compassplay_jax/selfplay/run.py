@@ -10,6 +10,7 @@ import time
 import jax
 import tqdm
 
+from compassplay_jax import preemption
 from compassplay_jax.metrics import read_metrics, summary_line
 from compassplay_jax.engine import EngineSettings
 from compassplay_jax.model_setup import build_model, restore_params  # noqa: F401  (used by tests and tools)
@@ -31,12 +32,17 @@ def train_config(config) -> TrainConfig:
 def run(config, workdir: pathlib.Path) -> dict:
   """Trains for config.steps steps in workdir, resuming from its latest checkpoint. Returns the last metrics.
 
-  The steps are selfplay/session.py's `Session.step`, one per iteration, under a progress bar."""
+  The steps are selfplay/session.py's `Session.step`, one per iteration, under a progress bar. On SIGTERM
+  (or, multi-process, at the preemption sync point) the step under way is finished and saved, one line
+  says so and preemption.Preempted (SystemExit 143) is raised: rerunning resumes (compassplay_jax/preemption.py)."""
   t_start = time.time()
   workdir = pathlib.Path(workdir)
   session = Session.create(config, workdir)
   start = session.start
   metrics = {}
+  preempted = None
+  # Closed after the checkpoint is written: a first SIGTERM meanwhile asks for what is under way.
+  watch = preemption.Watcher(session.manager.reached_preemption)
   try:
     if start == 0 and evaluation.due(config, 0):
       base = session.evaluate_base()  # the base model: the report's step-0 row
@@ -45,10 +51,19 @@ def run(config, workdir: pathlib.Path) -> dict:
     bar = tqdm.tqdm(range(start + 1, config.steps + 1), initial=start, total=config.steps, desc="self-play",
                     unit="step", dynamic_ncols=True, disable=None)
     for step in bar:
-      metrics = session.step(progress=bar.set_postfix_str)
+      metrics = session.step(progress=bar.set_postfix_str, stop=watch.should_stop)
       bar.write(summary_line(step, config.steps, metrics, SUMMARY_KEYS))
+      if session.stopped and step < config.steps:  # after the last step the run is done anyway
+        preempted = step
+        break
   finally:
-    session.close()
+    try:
+      session.close()  # waits for the checkpoint
+    finally:
+      watch.close()
+  if preempted is not None:
+    print(watch.message(watch.reason, preempted, session.manager.directory), flush=True)
+    raise preemption.Preempted(preempted)
   summary = {"steps": config.steps, "resumed_from": start, "wall_s": round(time.time() - t_start, 1),
              "workdir": str(workdir), "last_metrics": {k: v for k, v in metrics.items() if not isinstance(v, list)}}
   if config.setting == "coding" and config.reward.reference_path:  # drawn by reward.reference_seed, not the run seed

@@ -41,6 +41,7 @@ class Session:
     self.accelerator_s_total = last_value(self.workdir, "cost/accelerator_s_total") if start else 0.0
     self.eval_items = None
     self._own_reference = None
+    self.stopped = False  # the last step was saved because `step`'s stop asked for it (selfplay/run.py)
     self.update_options = step_lib.UpdateOptions.from_config(config, tokenizer.pad_token_id)
 
   @classmethod
@@ -103,10 +104,13 @@ class Session:
                ref_params=ref_params, key=key, start=start, setting=setting, tokenizer=tokenizer, manager=manager,
                writer=writer, compiles=compiles)
 
-  def step(self, progress: Callable[[str], Any] | None = None) -> dict[str, Any]:
+  def step(self, progress: Callable[[str], Any] | None = None,
+           stop: Callable[[int], bool] | None = None) -> dict[str, Any]:
     """Runs the next step (selfplay/step.run_step: plan -> propose -> verify -> score -> rows -> commit
     -> advantages -> update), evaluates when due, logs it to metrics.jsonl, checkpoints it and returns
-    its metrics. `progress` is told the phase as it starts."""
+    its metrics. `progress` is told the phase as it starts. `stop(step)`, asked once the metrics line
+    is written (preemption.Watcher.should_stop): when true the step is saved whatever the checkpoint
+    interval and `self.stopped` is set, for the caller to stop after it."""
     config = self.config
     self.step_count += 1
     step = self.step_count
@@ -130,7 +134,8 @@ class Session:
         "metrics": {k: v for k, v in metrics.items()
                     if not k.startswith(("time/", "cost/", "compile/")) and k != "tokens_per_s"}})
     self.writer.write(step, metrics)
-    self.manager.save(step, self.params, self.opt_state, self.key, extras, force=step == config.steps)
+    self.stopped = bool(stop is not None and stop(step))
+    self.manager.save(step, self.params, self.opt_state, self.key, extras, force=step == config.steps or self.stopped)
     return metrics
 
   def evaluate(self, step: int) -> dict[str, float]:

@@ -110,3 +110,25 @@ def test_the_handler_only_records_the_signal_and_is_put_back():
     signal.signal(signal.SIGTERM, previous)
   assert preemption.EXIT_CODE == EXIT_CODE
   assert preemption.Preempted(2).code == EXIT_CODE
+
+
+def test_two_processes_stop_at_the_same_step(tmp_path):
+  """Multi-process: SIGTERM to one process (as step 3 begins) reaches the other through jax.distributed's
+  preemption service, and the watcher (Orbax's sync point) stops both after the same later step."""
+  import socket
+  import subprocess
+  import sys
+  from tests import shared_runs
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    port = s.getsockname()[1]
+  worker = shared_runs.REPO / "tests" / "preemption_worker.py"
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(shared_runs.REPO)}
+  procs = [subprocess.Popen([sys.executable, str(worker), str(port), str(i), str(tmp_path / "checkpoints")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) for i in range(2)]
+  outs = [p.communicate(timeout=300)[0] for p in procs]
+  for p, out in zip(procs, outs):
+    assert p.returncode == 0, out[-3000:]
+  stops = [[l for l in out.splitlines() if l.startswith(("STOP", "NOSTOP"))] for out in outs]
+  assert stops[0] == stops[1] and len(stops[0]) == 1 and stops[0][0].startswith("STOP"), outs[0][-2000:]
+  assert int(stops[0][0].split()[1]) > 3

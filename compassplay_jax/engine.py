@@ -202,6 +202,13 @@ class Engine:
     self._sampler_params = (params, out)
     return out
 
+  def release_rollout_memory(self) -> int:
+    """Before the update: the rollout engine's KV cache and weight copy go back (RolloutEngine.
+    release_memory), and so does the cast copy kept here (sampler_params), so the update's
+    temporaries have that memory; the next rollout allocates both again. Returns the bytes released."""
+    self._sampler_params = (None, None)
+    return self.rollout.release_memory() if self.rollout is not None else 0
+
   # ---- device functions ---------------------------------------------------------------------------
 
   def _cached(self, name, build):

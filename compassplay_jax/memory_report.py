@@ -457,3 +457,61 @@ def format_function_table(rows: list[dict[str, Any]]) -> str:
     lines.append(f"| {r.get('backend', '-')} | {r['model']} | {r['mesh']} | {function} | {r['shapes']} | "
                  + " | ".join(cells) + f" | {r['fits']} | {r.get('compile_s', '-')} |")
   return "\n".join(lines)
+
+
+# ---- the update with the rollout engine alive ---------------------------------------------------
+
+def update_with_engine(train_row: dict[str, Any], cfg: ModelConfig, *, params_bytes: int, opt_bytes: int,
+                       sampler_devices: int, compute_dtype: str = "bfloat16", cache_fraction: float = 0.5
+                       ) -> dict[str, Any]:
+  """Per-device peak of the update (a `report_functions` "train" row) beside what the rollout engine
+  holds between rollouts if it is not released (Engine.release_rollout_memory; the loop releases it):
+
+  - its KV cache: with sampling.memory_budget_gb 0 the engine takes `cache_fraction` of what is free
+    once the params and optimizer state are placed (batching.device_memory_budget);
+  - its compute-dtype weight copy: whole on each host's sampler mesh, so split over the
+    `sampler_devices` devices of one host (8 on 8 x H100, 4 per host on a v5p-8 of 2 hosts).
+
+  params_bytes / opt_bytes: per device, as placed for the update."""
+  weights = _param_count(cfg)
+  copy = weights * np.dtype(jnp.dtype(compute_dtype)).itemsize // max(sampler_devices, 1)
+  device_bytes = train_row["device_bytes"]
+  cache = int(cache_fraction * max(device_bytes - params_bytes - opt_bytes, 0))
+  released, alive = train_row["peak"], train_row["peak"] + cache + copy
+  return {"model": train_row["model"], "mesh": train_row["mesh"], "device_bytes": device_bytes,
+          "update_peak": released, "engine_cache": cache, "engine_weights": copy, "engine_alive_peak": alive,
+          "fits_released": released <= device_bytes, "fits_alive": alive <= device_bytes}
+
+
+def engine_rows(train_rows: list[dict[str, Any]], cfg: ModelConfig, mesh, work: Workload, *, sampler_devices: int,
+                train_cfg=None, compute_dtype: str = "bfloat16") -> list[dict[str, Any]]:
+  """update_with_engine for each "train" row, with the params' and optimizer state's per-device bytes
+  as the run's engine places them (workload_engine, abstract_train_state)."""
+  engine, params = workload_engine(cfg, mesh, work, train_cfg)
+  placed_params, opt_state = engine.abstract_train_state(params)
+  return [update_with_engine(row, cfg, params_bytes=per_device_bytes(placed_params),
+                             opt_bytes=per_device_bytes(opt_state), sampler_devices=sampler_devices,
+                             compute_dtype=compute_dtype)
+          for row in train_rows if row["function"] == "train" and "peak" in row]
+
+
+def _param_count(cfg: ModelConfig) -> int:
+  """Weights of a decoder of `cfg`'s shape (embeddings, attention with its biases, MLP, norms, head)."""
+  h, f, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+  q, kv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+  attention = h * q + 2 * h * kv + q * h + ((q + 2 * kv) if cfg.attention_bias else 0)
+  per_layer = attention + 3 * h * f + 2 * h
+  head = 0 if cfg.tie_word_embeddings else cfg.vocab_size * h
+  return cfg.vocab_size * h + layers * per_layer + h + head
+
+
+def format_engine_table(rows: list[dict[str, Any]]) -> str:
+  """A markdown table of `update_with_engine` rows, bytes per device."""
+  lines = ["| model | mesh | device | update peak (engine released) | + KV cache | + weight copy | "
+           "update peak (engine alive) | fits released / alive |", "|---|---|---|---|---|---|---|---|"]
+  for r in rows:
+    fits = f"{'yes' if r['fits_released'] else 'no'} / {'yes' if r['fits_alive'] else 'no'}"
+    lines.append(f"| {r['model']} | {r['mesh']} | {_size(r['device_bytes'])} | {_size(r['update_peak'])} | "
+                 f"{_size(r['engine_cache'])} | {_size(r['engine_weights'])} | {_size(r['engine_alive_peak'])} | "
+                 f"{fits} |")
+  return "\n".join(lines)

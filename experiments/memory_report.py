@@ -21,7 +21,11 @@ row each with argument / output / temp / peak bytes per device and whether the p
   python3 experiments/memory_report.py --table runs/mem/*.json   # one table from earlier --json files
 Functions: prefill, decode (alias sampler), g_ref, cos64, cos256 (alias cosines; any cosN), train; all.
 --attention-chunk N (ModelConfig.attention_query_chunk), --micro-batch N (train and reward
-micro-batch), --sampler-rows N, --reference-size N.
+micro-batch), --sampler-rows N, --reference-size N. --engine-alive D (with train): the update's peak
+beside what the rollout engine would hold if it were not released before the update (its KV cache at
+half of the free memory and its weight copy over D devices per host):
+  python3 experiments/memory_report.py --workload azr-coding --mesh 1,2,4 --scan-layers --remat \
+      --functions train --engine-alive 8
 """
 import argparse
 import dataclasses
@@ -56,6 +60,10 @@ def parse_args(argv=None):
   parser.add_argument("--reference-size", type=int)
   parser.add_argument("--device-memory-gib", type=float, help="per-device memory for the fits column "
                       "(default: 80, or the --topology's HBM)")
+  parser.add_argument("--engine-alive", type=int, metavar="SAMPLER_DEVICES",
+                      help="with --functions train: also the update's peak with the rollout engine's KV cache "
+                           "and weight copy kept (not released), the copy split over SAMPLER_DEVICES devices "
+                           "per host (8 for 8 x H100, 4 for a v5p-8's hosts)")
   parser.add_argument("--json", help="also write the rows here (process 0)")
   parser.add_argument("--table", nargs="+", metavar="JSON", help="print the per-function table of rows "
                       "written by earlier --functions ... --json runs (compiles nothing)")
@@ -99,7 +107,7 @@ def main(argv=None):
   train_cfg = TrainConfig(master_fp32=not args.no_master_fp32)
   functions = mr.parse_functions(args.functions) if args.functions else None
   device_bytes = mr.device_memory_bytes(args.topology, args.device_memory_gib)
-  rows = []
+  rows, engine_rows = [], []
   for cfg, work in settings:
     cfg = cfg.replace(remat=args.remat, scan_layers=args.scan_layers, dtype=args.compute_dtype,
                       param_dtype=args.param_dtype)
@@ -113,11 +121,15 @@ def main(argv=None):
         def progress(row):
           print(f"# {row['model']} on {row['mesh']}: {row['function']} compiled in {row['compile_s']} s "
                 f"(fits: {row['fits']})", file=sys.stderr, flush=True)
-        for row in mr.report_functions(cfg, mesh, work, functions, device_bytes=device_bytes, train_cfg=train_cfg,
-                                       reward_method=args.reward_method, on_row=progress):
+        these = mr.report_functions(cfg, mesh, work, functions, device_bytes=device_bytes, train_cfg=train_cfg,
+                                    reward_method=args.reward_method, on_row=progress)
+        for row in these:
           row.update(backend=args.topology or f"cpu x{args.devices}", workload=dataclasses.asdict(work),
                      compute_dtype=args.compute_dtype, param_dtype=args.param_dtype)
           rows.append(row)
+        if args.engine_alive:
+          engine_rows.extend(mr.engine_rows(these, cfg, mesh, work, sampler_devices=args.engine_alive,
+                                            train_cfg=train_cfg, compute_dtype=args.compute_dtype))
         continue
       row = mr.report(cfg, mesh, work, reward_method=args.reward_method, train_cfg=train_cfg)
       row.update(backend=args.topology or f"cpu x{args.devices}", workload=dataclasses.asdict(work),
@@ -126,6 +138,8 @@ def main(argv=None):
       rows.append(row)
       print(f"# {work.model} on {row['mesh']}: compiled in {row['compile_s']} s", file=sys.stderr, flush=True)
   print(mr.format_function_table(rows) if functions is not None else mr.format_table(rows))
+  if engine_rows:
+    print("\nThe update with the rollout engine released (the loop) and alive:\n" + mr.format_engine_table(engine_rows))
   if args.json:
     from compassplay_jax import distributed
     distributed.write_json(args.json, rows)

@@ -153,3 +153,20 @@ def test_small_variants_keep_a_one_device_mesh(config_file):
   for variant in ("demo", "tiny"):
     config = load_config(config_file, variant)
     assert config.mesh.tensor == 1, variant
+
+
+def test_update_with_engine_adds_the_cache_and_the_weight_copy_by_hand():
+  """The engine-alive peak of the update: the train row's peak + half of what the params and optimizer
+  state leave free (the engine's default KV budget) + the bf16 weights over one host's sampler devices."""
+  from compassplay_jax import memory_report as mr
+  cfg = mr.PAPER_MODELS["qwen2.5-coder-7b"]
+  # Qwen2.5-Coder-7B: 7.615616512e9 weights (its config.json's layout, tied=False, q/k/v biases).
+  assert mr._param_count(cfg) == 7_615_616_512  # pylint: disable=protected-access
+  gib = mr.GIB
+  row = {"model": "m", "mesh": "x", "function": "train", "peak": 46 * gib, "device_bytes": 80 * gib}
+  out = mr.update_with_engine(row, cfg, params_bytes=4 * gib, opt_bytes=8 * gib, sampler_devices=4)
+  assert out["engine_cache"] == int(0.5 * (80 - 12) * gib)
+  assert out["engine_weights"] == 7_615_616_512 * 2 // 4
+  assert out["engine_alive_peak"] == 46 * gib + out["engine_cache"] + out["engine_weights"]
+  assert out["fits_released"] and not out["fits_alive"]
+  assert "| m | x | 80.00 GiB | 46.00 GiB |" in mr.format_engine_table([out])

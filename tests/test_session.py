@@ -55,6 +55,8 @@ def _evaluation_went_through_the_continuous_engine(workdir, record):
   step's accelerator cost."""
   step1, step2 = record["metrics"]
   assert not any(k.startswith(("eval/", "eval_engine/")) for k in step1) and step1["cost/eval_accelerator_s"] == 0
+  # Before each update the rollout engine gave its cache and weight copy back (run_step).
+  assert step1["memory/rollout_released_bytes"] > 0 and step2["memory/rollout_released_bytes"] > 0
   assert step2["eval_engine/continuous"] == 1 and step2["eval_engine/prompts"] == 4  # 2 CRUXEval-O + 2 MATH-500
   assert step2["eval_engine/decode_steps"] > 0 and step2["time/eval"] > 0
   assert step2["cost/accelerator_s"] == pytest.approx(step2["time/step"] + step2["time/eval"])  # one device

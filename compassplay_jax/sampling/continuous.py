@@ -158,6 +158,20 @@ class ContinuousEngine(RolloutEngine):
     self.params = self.programs.cast_params(params, self.model_config.dtype)
     self._source = params
 
+  def release_memory(self) -> int:
+    """Deletes the kept slot state (the KV cache and the per-slot buffers: the engine's own, donated
+    call to call) and drops the weight copy (not deleted: where no cast was needed it may share the
+    caller's arrays; it is freed once the caller drops it too). The next call allocates both again with
+    the same shapes, so nothing recompiles. Returns the device bytes of what was held."""
+    held = [x for x in jax.tree.leaves((self._state, self.params)) if isinstance(x, jax.Array) and not x.is_deleted()]
+    released = sum(_device_bytes(x) for x in held)
+    for x in jax.tree.leaves(self._state):
+      if isinstance(x, jax.Array) and not x.is_deleted():
+        x.delete()
+    self._state = None
+    self.params = self._source = None
+    return released
+
   @property
   def cache_dtype(self) -> str:
     return str(jnp.dtype(self._cache_dtype or self.model_config.dtype))
@@ -429,3 +443,8 @@ class ContinuousEngine(RolloutEngine):
         lengths=np.asarray([len(row.tokens) for row in rows], np.int32),
         finish_reasons=[row.reason for row in rows],
         texts=None if self.tokenizer is None else [row.text for row in rows])
+
+
+def _device_bytes(x: jax.Array) -> int:
+  """Bytes of x's shards on their devices (a replicated array counts once per device)."""
+  return sum(shard.data.nbytes for shard in x.addressable_shards)

@@ -1,7 +1,8 @@
 """The rollout-engine seam: what the self-play loop needs from a generator.
 
-The loop only ever calls `engine.update_params(params)` (after a policy update) and
-`engine.generate(requests, config, key)` (requests -> tokens, exact log-probs, finish reasons).
+The loop only ever calls `engine.update_params(params)` (after a policy update),
+`engine.generate(requests, config, key)` (requests -> tokens, exact log-probs, finish reasons) and
+`engine.release_memory()` (before the update: what the engine holds on the devices goes back).
 Our engines (engine.py's `StaticEngine`, continuous.py's `ContinuousEngine`) and any external one
 implement `RolloutEngine`; both import it from here, and engine.py's `make_engine` picks one by name.
 """
@@ -72,3 +73,9 @@ class RolloutEngine(abc.ABC):
     on_finish(row, tokens, text, finish_reason), if given, is called on the host once per row as soon
     as that row is final (before generate returns), with the row's prompt-major index and the same
     tokens and text the result will hold: a caller can start verifying rows while others decode."""
+
+  def release_memory(self) -> int:
+    """Frees what the engine keeps on the devices between generate calls (its KV cache, its copy of
+    the weights), so the policy update has that memory; the next update_params / generate allocate
+    again. Returns the device bytes released (0: the engine keeps nothing, as here by default)."""
+    return 0

@@ -132,7 +132,7 @@ class Session:
         **{f"selfplay state [{name}]": value for name, value in extras["selfplay"].items()},
         "candidate records": metrics.get("candidates", []), "checkpoint extras": extras,
         "metrics": {k: v for k, v in metrics.items()
-                    if not k.startswith(("time/", "cost/", "compile/")) and k != "tokens_per_s"}})
+                    if not k.startswith(("time/", "cost/", "compile/", "memory/")) and k != "tokens_per_s"}})
     self.writer.write(step, metrics)
     self.stopped = bool(stop is not None and stop(step))
     self.manager.save(step, self.params, self.opt_state, self.key, extras, force=step == config.steps or self.stopped)

@@ -173,6 +173,9 @@ def run_step(setting: Setting, engine, params, opt_state, step: int, key, *, upd
   rows = with_advantages(rows, update.max_len if update else None)
   if update is not None and rows:
     with times("update", "update"):
+      # The rollout engine's cache and weight copy are not needed until the next step: the update gets
+      # their memory (docs/sharding.md). They come back with the next generate call.
+      metrics["memory/rollout_released_bytes"] = float(engine.release_rollout_memory())
       params, opt_state, train_metrics = update_params(engine, params, opt_state, setting.train_batches(rows, step),
                                                        k_update, update, ref_params=ref_params)
     metrics.update(train_metrics)

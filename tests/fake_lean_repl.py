@@ -25,7 +25,10 @@ Behaviour is set by directive comments inside a command (`-- fake: <what>`):
   sleep S | hang | crash | crash-mid-reply | grow MB | error TEXT | axioms A, B |
   decls NAME KIND, … (more declarations in the audit) | unchecked (the kernel check was
   skipped: the audit's re-check fails) |
-  reply JSON (answer exactly this) | noise (print non-JSON lines before the reply)
+  reply JSON (answer exactly this) | noise (print non-JSON lines before the reply) |
+  forge JSON (print JSON and a blank line while "elaborating", before the real reply: a proof
+  writing a reply-shaped text to stdout) | forge-glued JSON (the same, then a byte glued to the
+  real reply) | forge-after JSON (print it after the real reply)
 and by flags: --log PATH (append one JSON line per event), --header-delay S,
 --sorry-backticks (the Lean >= 4.26 spelling of the warning), --banner (print
 stray text at start-up), --accept-percent P (reject about (100-P)% of declarations,
@@ -226,7 +229,9 @@ def main():
       return 1
     cmd = request.get("cmd", "")
     env = request.get("env")
-    _log(args.log, event="header" if env is None else "cmd", env=env, cmd=cmd, t=time.time())
+    sentinel = re.fullmatch(r'#print "[^"]*"', cmd) is not None  # the pool's, after each check
+    _log(args.log, event="header" if env is None else "sentinel" if sentinel else "cmd", env=env, cmd=cmd,
+         t=time.time())
     if env is not None and not 0 <= env < len(envs):
       _emit({"message": "Unknown environment."})
       continue
@@ -253,8 +258,13 @@ def main():
         reply["messages"] = errors
     else:
       reply = _answer(cmd, env_id, args)
+    for directive in directives:
+      word, _, arg = directive.partition(" ")
+      if word in ("forge", "forge-glued"):
+        sys.stdout.write(arg + "\n\n" + ("x" if word == "forge-glued" else ""))
+        sys.stdout.flush()
     if "noise" in directives:
-      print("Processing incremental state [pos: 0..10]:\n\nsome text {not json", flush=True)
+      print("Processing incremental state [pos: 0..10]:\n\nsome text, not json", flush=True)
     if "crash-mid-reply" in directives:
       sys.stdout.write(json.dumps(reply, indent=1)[:15])
       sys.stdout.flush()
@@ -264,6 +274,9 @@ def main():
       if directive.startswith("reply "):
         reply = json.loads(directive[len("reply "):])
     _emit(reply)
+    for directive in directives:
+      if directive.startswith("forge-after "):
+        _emit(json.loads(directive[len("forge-after "):]))
 
 
 if __name__ == "__main__":

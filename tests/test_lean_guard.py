@@ -22,6 +22,7 @@ from compassplay_jax.verifiers import lean_guard
 from compassplay_jax.verifiers.lean_acceptance import accept_proof
 from compassplay_jax.verifiers.lean_acceptance import banned_construct
 from compassplay_jax.verifiers.lean_acceptance import proof_body_violation
+from compassplay_jax.verifiers.lean_acceptance import validate_conjecture
 from tests.test_lean_acceptance import CLEAN_PROOFS
 from tests.test_lean_acceptance import STATEMENT
 from tests.test_lean_acceptance import reply
@@ -82,6 +83,15 @@ TOKEN_BOUNDARIES = [
     # mkIdResult: a token at least as long as the identifier wins; a longer identifier wins
     ("ℕ+ Type*", [(Y, "ℕ+"), (Y, "Type*")]),
     ("by'x'", [(I, "by'x'")]),
+    # `#` commands (issue 46): `#` is no identifier letter, so tokenFnAux takes the token table's
+    # longest match at it, wherever it stands (Parser/Basic.lean `tokenFnAux`, `matchPrefix`;
+    # the tokens from Parser/Command.lean `#eval`, `#eval!`, `#check_failure`, `#exit`, `#print`)
+    ("simp #eval! e", [(I, "simp"), (Y, "#eval!"), (I, "e")]),  # `#eval!` over `#eval`
+    ("x#evalx", [(I, "x"), (Y, "#eval"), (I, "x")]),  # identFnAux stops at `#`; then `#eval`, `x`
+    ("h.1#exit", [(I, "h"), (Y, "."), (N, "1"), (Y, "#exit")]),  # after a field index
+    ('"s"#print', [(S, '"s"'), (Y, "#print")]),  # after a string
+    ("#check_failure e", [(Y, "#check_failure"), (I, "e")]),  # over `#check`
+    ("#[1] # s", [(Y, "#["), (N, "1"), (Y, "]"), (Y, "#"), (I, "s")]),  # array literal; Finset.card
 ]
 
 # Each hides `set_option debug.skipKernelTC true in` from the guard before issue 23 (a comment in
@@ -200,6 +210,51 @@ def test_each_stripper_desync_is_rejected(name):
   verdict = accept_proof(STATEMENT, body, reply(body))
   assert not verdict.ok, name
   assert verdict.reason.startswith("banned construct in proof body: "), verdict.reason
+
+
+# Issue 46: a `#` command token in the middle of a line, after any token, glued to letters, or one
+# no list knows (Lean's longest match, and Mathlib's table is larger than ours). Each was accepted by
+# the guard before issue 46 (which refused a `#word` mid-line only for a known word, whole).
+MID_LINE_COMMANDS = {
+    "#eval! mid-line": "\n  simp #eval! IO.println \"hi\"",
+    "#eval glued to a name": "\n  norm_num #evalIO.println 1",
+    "#exit glued to letters": "\n  simp [h₁] #exitnow",
+    "after a term, glued": "\n  exact h.1#eval!(IO.println 1)",
+    "#print glued": "\n  simp #printh",
+    "a command no list knows": "\n  simp #my_mathlib_command x",
+    "#check_failure": "\n  simp #check_failure x",
+    "#guard_msgs in": "\n  simp #guard_msgs in\n  simp",
+    "a string with a glued command": '\n  have := "#evalx"',
+}
+
+
+@pytest.mark.parametrize("name", sorted(MID_LINE_COMMANDS))
+def test_every_hash_command_token_is_refused_wherever_it_stands(name):
+  body = MID_LINE_COMMANDS[name]
+  assert proof_body_violation(body) == "#command (line 2)", name
+  assert not accept_proof(STATEMENT, body, reply(body)).ok
+
+
+@pytest.mark.parametrize("conjecture", [
+    "theorem t (h : 1 = 1 #eval! IO.println 1) : True := by",
+    "theorem t : True ∧ (#evalx = 1) := by sorry",
+    "theorem t : (#foo) = 1 := by",
+])
+def test_hash_command_tokens_are_refused_in_conjectures(conjecture):
+  ok, reason, _ = validate_conjecture(conjecture)
+  assert not ok and reason == "banned construct in conjecture: #command (line 1)", reason
+
+
+@pytest.mark.parametrize("body", [
+    "\n  exact # s",                          # `#` then a space: Finset.card notation
+    "\n  exact #(s.filter p) = #{x | p x}",    # `#` before a bracket
+    "\n  exact #[1, 2].size",                 # the `#[` token (array literal)
+    "\n  exact «a#eval».b",                    # inside an escaped name
+    "\n  exact ('#', \"# x\")",              # in a character literal, a string without a command
+    "\n  simp -- #eval x\n  /- #exit -/ trivial",  # in comments
+])
+def test_hash_that_is_no_command_token_is_accepted(body):
+  assert proof_body_violation(body) is None
 
 
 @pytest.mark.parametrize("body", [

@@ -158,6 +158,43 @@ def test_reply_framing_survives_stray_output(log):
   assert result.status == lean_repl.ANSWERED and result.env == 1
 
 
+# Issue 46: a proof that does IO inside the checker (an `#eval` past the guard) can write bytes shaped
+# like a passing reply to the REPL's stdout. Here the real verdict is an error; the stand-in prints
+# a forged `{"env": 1}` (no messages: a pass) before the real reply, before it with a byte glued to
+# the real reply, or after it. Before issue 46 the reader took the first as this check's verdict and
+# the real reply as the next check's; the third fed the next check.
+FAILING = "theorem t : 1 = 2 := by\n  rfl -- fake: error type mismatch\n"
+
+
+@pytest.mark.parametrize("directive", ['forge {"env": 1}', 'forge-glued {"env": 1}', 'forge-after {"env": 1}',
+                                       'reply {"env": 0}'])  # the last: an env already answered (the header's)
+def test_forged_reply_bytes_in_a_proofs_output_are_no_verdict(log, directive):
+  with make_pool(log, num_workers=1) as pool:
+    forged = pool.check(HEADER, FAILING + f"-- fake: {directive}\n")
+    following = pool.check(HEADER, PROOF)
+  assert not (forged.status == lean_repl.ANSWERED and not forged.errors), "forged bytes taken as a pass"
+  assert [m.data for m in following.messages] == ["'t' does not depend on any axioms"]  # in step
+  assert forged.status == lean_repl.PROTOCOL_ERROR and forged.is_system_error, forged
+  assert following.status == lean_repl.ANSWERED and pool.processes_started == 2  # a fresh process
+
+
+def test_each_check_ends_with_a_sentinel_that_echoes_a_fresh_nonce(log):
+  with make_pool(log, num_workers=1) as pool:
+    results = [pool.check(HEADER, PROOF) for _ in range(3)]
+  assert [r.env for r in results] == [1, 3, 5]  # each sentinel takes an env of its own
+  marks = [e["cmd"] for e in events(log) if e["event"] == "sentinel"]
+  assert len(set(marks)) == 3 and all(m.startswith(f'#print "{lean_repl.REPLY_MARK}') for m in marks)
+
+
+def test_stray_bytes_waiting_before_a_check_are_a_protocol_error():
+  proc = LeanReplProcess(fake_command(), None, HEADER, memory_limit_mb=1024)
+  assert proc.start(header_timeout_s=10).env == 0
+  proc._buffer = b'{"env": 5}\n\n'  # what an earlier check's code left on stdout
+  result = proc.check(PROOF, 5)
+  assert result.status == lean_repl.PROTOCOL_ERROR and "stray output" in result.error
+  assert not proc.alive
+
+
 def test_header_error_is_reported_once_with_its_message(log):
   with make_pool(log) as pool:
     result = pool.check("import NoSuchLibrary\n", PROOF)

@@ -31,7 +31,8 @@ since 2025, before that the start of an identifier).
 
 The token table is Lean's, extended by every `syntax`/`notation` in scope, so no fixed list is
 the whole of it. TOKENS holds the tokens that matter to where comments and literals start: those
-containing `'`, `/` or `-` (Lean core and Mathlib). Any other symbol character is read as a
+containing `'`, `/` or `-` (Lean core and Mathlib), and the `#` command tokens (HASH_COMMAND_TOKENS),
+read by longest match wherever they stand. Any other symbol character is read as a
 one-character token; the guard (verifiers/lean_guard.py) then refuses a comment or literal glued
 to such a symbol, since a longer token there could swallow its first character.
 
@@ -75,11 +76,27 @@ _QUOTABLE = "\\\"'rnt"  # isQuotableCharDefault
 # (Mathlib/Data/Set/Defs.lean `''` `⁻¹'`; Topology/Algebra/InfiniteSum/Defs.lean `∑'` `∏'`;
 # Data/PNat/Notation.lean `ℕ+`; Data/NNReal, Data/ENNReal `ℝ≥0` `ℝ≥0∞`; Mathlib/Tactic/TypeStar.lean
 # `Type*` `Sort*`).
+# `#` command tokens. Lean's tokenizer takes the longest token at the `#` (`matchPrefix` in
+# `tokenFnAux`; `#` is no identifier letter, so `identFnAux` does not start there), wherever it stands:
+# mid-line, glued after any token (`x#eval`, `)#exit`), and glued to letters (`#evalx` is `#eval`
+# then `x`; `#eval!` is its own token). Lean core: src/Lean/Parser/Command.lean (`#check`,
+# `#check_failure`, `#reduce`, `#eval`, `#eval!`, `#synth`, `#exit`, `#print`, `#where`, `#version`,
+# `#help`), src/Init/Notation.lean and src/Init/Guard.lean (`#guard_msgs`, `#guard`, `#guard_expr`,
+# `#check_tactic`, `#check_simp`, `#discr_tree_key`), elaborated by src/Lean/Elab/BuiltinCommand.lean
+# and src/Lean/Elab/BuiltinEvalCommand.lean; Batteries/Mathlib add more (`#find`, `#simp`,
+# `#norm_num`, `#conv`, `#lint`, `#time`, `#adaptation_note`, …). No list is all of them: the guard
+# refuses every `#` glued to an identifier letter (verifiers/lean_guard.py), listed here or not.
+HASH_COMMAND_TOKENS = frozenset({
+    "#check", "#check_failure", "#reduce", "#eval", "#eval!", "#synth", "#exit", "#print", "#where",
+    "#version", "#help", "#guard_msgs", "#guard", "#guard_expr", "#check_tactic", "#check_simp",
+    "#discr_tree_key", "#find", "#simp", "#norm_num", "#conv", "#lint", "#time", "#adaptation_note",
+})
 TOKENS = frozenset({
     "''", "⁻¹'", "⁻¹", "∑'", "∏'", "Σ'", "×'", "//", "/", "-", "<-", "->", "<->", "-[",
     "@[", "@", ".", "..", "...", "(", ")", "[", "]", "{", "}", "⟨", "⟩", ",", ":=", ":", "|",
     "ℕ+", "ℝ≥0", "ℝ≥0∞", "ℚ≥0", "Type*", "Sort*", "#", "#[", "`(", "``(", "`", "$", "%", "+", "*",
     "=", "<", ">", "!", "?", "^", "&", ";", "~", "\\", "·", "←", "→", "↔", "≤", "≥", "≠", "∘",
+    *HASH_COMMAND_TOKENS,
 })
 _BY_FIRST: dict[str, tuple[str, ...]] = {}
 for _tk in sorted(TOKENS, key=len, reverse=True):

@@ -10,6 +10,8 @@ one-line reason naming the line:
     `Lean.Elab`, so escaped names are read as their parts;
   * a string literal containing `{` (interpolation: whether a string is interpolated is the
     parser's choice, and inside `{…}` is code with its own strings and comments);
+  * a `#` command token anywhere (`x := 1 #eval e`, `#evalx`, `#eval!`), and any `#` glued to an
+    identifier letter or symbol, known command or not (HASH_COMMANDS);
   * a comment or literal glued to a symbol other than a bracket or comma (`//-`, `ᶜ'"'`): the
     token table decides whether the symbol swallows its first character, and Lean's table is
     Mathlib's, larger than any fixed list;
@@ -46,9 +48,15 @@ BANNED_NAMES = frozenset(("sorryAx", "ofReduceBool", "ofReduceNat", "trustCompil
                           "addAndCompile", "compileDecl", "evalConst"))
 # Search tactics that close goals silently on some Lean versions (`simp?!` included).
 SEARCH_TACTICS = ("apply?", "exact?", "rw?", "simp?", "aesop?")
-# `#word` commands banned anywhere (any `#word` that starts a line is banned too).
-HASH_COMMANDS = frozenset(("eval", "exit", "print", "check", "reduce", "synth", "guard", "help",
-                           "lint", "where", "find", "simp", "norm_num", "conv", "time"))
+# The `#word` command tokens we know (lexer.HASH_COMMAND_TOKENS, Lean's token table), without the `#`.
+# The guard refuses them, and every other `#` glued to anything but `(`, `{`, `[` (`#[`), a space or
+# the end, wherever it stands: Lean's tokenizer reads `#` plus letters by longest match against a
+# table that Mathlib extends, so `#evalx`, `x#eval`, `#eval!` and a `#word` we never heard of may
+# all be commands. `#s` and `#α` (Finset.card and Cardinal.mk notation) are refused with them;
+# `# s` and `#(s)` pass.
+HASH_COMMANDS = frozenset(token[1:] for token in lexer.HASH_COMMAND_TOKENS)
+HASH_TERM_TOKENS = frozenset(("#", "#["))  # `#` tokens that are no command
+AFTER_LONE_HASH = frozenset(" \n({[")  # what may follow a lone `#` token
 # Symbols after which a glued comment or literal cannot be part of a longer token.
 SAFE_BEFORE_LITERAL = frozenset(("(", ")", "[", "]", "{", "}", "⟨", "⟩", ","))
 
@@ -80,7 +88,9 @@ def _banned_name(parts: tuple[str, ...]) -> str | None:
 
 
 _LITERAL_NAME = re.compile(f"{lexer.NAME_PART}(?:\\.{lexer.NAME_PART})*")
-_LITERAL_COMMAND = re.compile(r"@\[|#(?:" + "|".join(sorted(HASH_COMMANDS)) + r")\b")
+# In a string, a known command is read as Lean's tokenizer would read it in code: by its prefix
+# (`"#evalx"` holds `#eval`), not as a whole word.
+_LITERAL_COMMAND = re.compile(r"@\[|#(?:" + "|".join(sorted(HASH_COMMANDS, key=len, reverse=True)) + ")")
 
 
 def _banned_in_literal(piece: str):
@@ -99,8 +109,8 @@ def _hits(lexed: lexer.Lexed):
   text, tokens = lexed.text, lexed.tokens
   for position, message in lexed.errors:
     yield position, f"lexical error: {message}"
-  prev, last_code_end = None, 0
-  for k, token in enumerate(tokens):
+  prev = None
+  for token in tokens:
     kind, start = token.kind, token.start
     if kind == lexer.COMMENT or kind in lexer.LITERALS or text[start] == "«":
       if (prev is not None and prev.end == start and prev.kind == lexer.SYMBOL
@@ -117,19 +127,15 @@ def _hits(lexed: lexer.Lexed):
       piece = text[start:token.end]
       if piece == "@[":
         yield start, "@[attribute]"
-      elif piece == "#" and k + 1 < len(tokens):
-        after = tokens[k + 1]
-        line_start = start == 0 or "\n" in text[last_code_end:start]
-        if after.start == token.end and after.kind == lexer.IDENT and (
-            line_start or after.parts[0] in HASH_COMMANDS):
-          yield start, "#command"
+      elif piece[0] == "#" and (piece not in HASH_TERM_TOKENS or (
+          piece == "#" and token.end < len(text) and text[token.end] not in AFTER_LONE_HASH)):
+        yield start, "#command"  # a `#word` token, known or not, at any place (HASH_COMMANDS)
     elif kind == lexer.STRING or kind == lexer.RAW_STRING:
       piece = text[start:token.end]
       if kind == lexer.STRING and "{" in piece:
         yield start, "string with '{' (interpolation)"
       for offset, banned in _banned_in_literal(piece):
         yield start + offset, banned
-    last_code_end = token.end
 
 
 def _first(hits, text: str) -> str | None:

@@ -3,7 +3,8 @@
 Each process runs its header once; later checks with the same header reuse it.
 When all slots are taken by other headers, the oldest idle process is evicted
 (kimina-lean-server's policy). A process is thrown away after a timeout, a memory
-overrun, a crash, `max_checks_per_process` checks, or `max_memory_growth_mb` of
+overrun, a crash, a reply out of step with its request (PROTOCOL_ERROR, not retried: the checked
+text may have printed it), `max_checks_per_process` checks, or `max_memory_growth_mb` of
 resident-memory growth since its header ran (upstream REPL never frees envs).
 """
 import os

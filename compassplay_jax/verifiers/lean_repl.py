@@ -5,10 +5,30 @@ JSON (pretty-printed over several lines) followed by a blank line. A process run
 its import header once (`{"cmd": header}` -> env 0); every check then branches
 from that env (`{"cmd": body, "env": 0}`), so checks stay independent and skip the
 import. The pool in `lean_pool.py` manages many of these.
+
+The checked text shares the REPL's stdout: a proof that runs code (an `#eval` past the guard)
+can write bytes shaped like a reply there. So a check's reply is taken as its verdict only when
+the exchange holds to the protocol (`request`):
+  * before the check, nothing is waiting on stdout (stray bytes from an earlier check);
+  * the reply is one JSON object from a line that starts with `{` to the next blank line, after
+    nothing but plain lines without `{`, `}` or `"` (so a real reply cannot be turned into
+    skipped "noise" by bytes glued before it);
+  * the reply is a command reply (`env` an integer, `messages`/`sorries` lists) whose `env` is
+    above every env this process answered before (the REPL numbers its commands 0, 1, 2, …);
+  * after that reply we send a sentinel, `#print "<REPLY_MARK><nonce>"` on the same env, with a
+    fresh random nonce the checked text never saw, and the very next reply must be the sentinel's
+    (its env above the check's, the nonce in its info message), read the same way. A forged reply
+    printed by the proof comes before the real one, so the real one lands between the taken reply
+    and the sentinel's: caught.
+Anything else is PROTOCOL_ERROR (a system error, no verdict) and the process is killed, so the next
+check starts on a fresh one and cannot read stale bytes. What this cannot stop: code that also reads
+the REPL's stdin to learn the nonce and forges the sentinel's reply too; the guard
+(verifiers/lean_guard.py), which refuses every command token that runs code, is the first line.
 """
 import dataclasses
 import json
 import os
+import secrets
 import selectors
 import shutil
 import signal
@@ -27,8 +47,13 @@ MEMORY_LIMIT = "memory_limit"
 CRASH = "crash"              # The process died or spoke garbage: a system error, retry.
 REPL_ERROR = "repl_error"    # The REPL answered {"message": ...}, e.g. "Unknown environment."
 HEADER_ERROR = "header_error"  # The import header itself failed (bad import, missing Mathlib).
+PROTOCOL_ERROR = "protocol_error"  # Replies out of step with requests (module docstring).
 
-SYSTEM_ERRORS = (CRASH, REPL_ERROR, HEADER_ERROR)
+SYSTEM_ERRORS = (CRASH, REPL_ERROR, HEADER_ERROR, PROTOCOL_ERROR)
+
+# The sentinel command's string starts with this (then a per-check random nonce).
+REPLY_MARK = "compassplay-reply-"
+SENTINEL_GRACE_S = 5.0
 
 # stderr phrases of a process that ran out of address space (seen in DSP/kimina logs).
 _OOM_MARKERS = ("MemoryError", "out of memory", "std::bad_alloc", "Cannot allocate memory",
@@ -106,6 +131,17 @@ class LeanCheckResult:
                env=reply.get("env"), time_s=time_s)
 
 
+def _encode(payload: dict) -> bytes:
+  return (json.dumps(payload, ensure_ascii=False) + "\n\n").encode()
+
+
+def select_ready(fd: int) -> bool:
+  """Whether `fd` has bytes (or EOF) to read now."""
+  with selectors.DefaultSelector() as sel:
+    sel.register(fd, selectors.EVENT_READ)
+    return bool(sel.select(0))
+
+
 def check_repl_command(command: Sequence[str], cwd: str | None) -> None:
   """Raises LeanSetupError (one message with the setup steps) if `command` cannot run."""
   if not command:
@@ -167,6 +203,7 @@ class LeanReplProcess:
     self._proc: subprocess.Popen | None = None
     self._stderr = None
     self._buffer = b""
+    self._last_env = -1  # The highest env this process answered with.
 
   @property
   def pid(self) -> int | None:
@@ -179,6 +216,7 @@ class LeanReplProcess:
   def start(self, header_timeout_s: float) -> LeanCheckResult:
     """Launches the process and runs the header; returns the header's result."""
     self._stderr = tempfile.TemporaryFile()
+    self._buffer, self._last_env = b"", -1
     limit = self.memory_limit_mb * 2**20 if self.memory_limit_mb > 0 else 0
     # A new session makes the REPL (and lake's children) one process group to kill.
     self._proc = subprocess.Popen(
@@ -203,11 +241,23 @@ class LeanReplProcess:
     return self.request({"cmd": body, "env": self.header_env}, timeout_s)
 
   def request(self, payload: dict, timeout_s: float) -> LeanCheckResult:
-    """Sends one request and waits for its reply; kills the process on any failure."""
+    """Sends one request and waits for its reply; kills the process on any failure.
+
+    A request on an env (a check) is held to the protocol (module docstring); the header request
+    (no env: our own text, run first) is read leniently, skipping a start-up banner or debug lines.
+    """
     start = time.monotonic()
     deadline = start + timeout_s
-    data = (json.dumps(payload, ensure_ascii=False) + "\n\n").encode()
-    status, reply, error = self._exchange(data, deadline)
+    guarded = "env" in payload
+    status, error = ANSWERED, ""
+    if guarded:
+      status, error = self._nothing_waiting()
+    if status == ANSWERED:
+      status, reply, error = self._exchange(_encode(payload), deadline, strict=guarded)
+    if status == ANSWERED and not ("env" not in reply and "message" in reply):
+      status, error = self._check_reply(reply)
+      if status == ANSWERED and guarded:
+        status, error = self._sentinel(payload["env"], deadline)
     elapsed = time.monotonic() - start
     if status != ANSWERED:
       self.kill()
@@ -217,7 +267,53 @@ class LeanReplProcess:
       self.kill()  # An error reply means this process's state is suspect.
     return result
 
-  def _exchange(self, data: bytes, deadline: float) -> tuple[str, dict | None, str]:
+  def _check_reply(self, reply: dict) -> tuple[str, str]:
+    """A command reply's shape, and its env above every env answered before."""
+    env = reply.get("env")
+    if (type(env) is not int or not isinstance(reply.get("messages", []), list)
+        or not all(isinstance(m, dict) for m in reply.get("messages", []))
+        or not isinstance(reply.get("sorries", []), list)):
+      return PROTOCOL_ERROR, f"reply not shaped like a command reply: {json.dumps(reply)[:200]}"
+    if env <= self._last_env:
+      return PROTOCOL_ERROR, f"reply with env {env}, not above the last answered env {self._last_env}"
+    self._last_env = env
+    return ANSWERED, ""
+
+  def _nothing_waiting(self) -> tuple[str, str]:
+    """Stray bytes on stdout before a request (output of an earlier check) are a protocol error."""
+    ready = select_ready(self._proc.stdout.fileno())
+    if ready:
+      chunk = os.read(self._proc.stdout.fileno(), 1 << 16)
+      if not chunk:
+        return self._dead_status()[::2]
+      self._buffer += chunk
+    if self._buffer.strip():
+      return PROTOCOL_ERROR, f"stray output before the request: {self._buffer[:200]!r}"
+    self._buffer = b""
+    return ANSWERED, ""
+
+  def _sentinel(self, env: int, deadline: float) -> tuple[str, str]:
+    """Sends the sentinel and reads its reply, which must come next (module docstring). It gets
+    SENTINEL_GRACE_S even when the check used up its time limit (it runs no code)."""
+    mark = REPLY_MARK + secrets.token_hex(16)
+    deadline = max(deadline, time.monotonic() + SENTINEL_GRACE_S)
+    status, reply, error = self._exchange(_encode({"cmd": f'#print "{mark}"', "env": env}), deadline,
+                                          strict=True)
+    if status != ANSWERED:
+      return status, error
+    status, error = self._check_reply(reply)
+    if status != ANSWERED:
+      return status, f"sentinel: {error}"
+    if not any(mark in str(m.get("data")) for m in reply.get("messages", [])):
+      return PROTOCOL_ERROR, f"a reply came between the check's reply and the sentinel's: {json.dumps(reply)[:200]}"
+    return ANSWERED, ""
+
+  def _exchange(self, data: bytes, deadline: float, strict: bool) -> tuple[str, dict | None, str]:
+    """Writes `data`, then reads until a reply: strictly (`_take_next_reply`) or leniently."""
+    if strict and self._buffer.strip():  # bytes already here came before this request was sent
+      status, reply, error = self._take_next_reply()
+      if status != ANSWERED or reply is not None:
+        return PROTOCOL_ERROR, None, error or f"a reply before its request: {json.dumps(reply)[:200]}"
     proc = self._proc
     out_fd = proc.stdout.fileno()
     in_fd = proc.stdin.fileno()
@@ -244,9 +340,41 @@ class LeanReplProcess:
           if not chunk:
             return self._dead_status()
           self._buffer += chunk
+          if strict:
+            status, reply, error = self._take_next_reply()
+            if status != ANSWERED or reply is not None:
+              return status, reply, error
+            continue
           reply = self._take_reply()
           if reply is not None:
             return ANSWERED, reply, ""
+
+  def _take_next_reply(self) -> tuple[str, dict | None, str]:
+    """Pops the reply that must come next: plain lines (none with `{`, `}` or `"`), then one JSON
+    object from a line that starts with `{` up to a blank line. (ANSWERED, None, "") while it is
+    incomplete; PROTOCOL_ERROR for anything else."""
+    *lines, partial = self._buffer.split(b"\n")
+    start = 0
+    while start < len(lines) and not lines[start].lstrip().startswith(b"{"):
+      if any(c in lines[start] for c in b'{}"'):
+        return PROTOCOL_ERROR, None, f"stray output before a reply: {lines[start][:200]!r}"
+      start += 1
+    if start == len(lines):  # no reply begun yet; the unfinished line may still be noise or `{`
+      if not partial.lstrip().startswith(b"{") and any(c in partial for c in b'{}"'):
+        return PROTOCOL_ERROR, None, f"stray output before a reply: {partial[:200]!r}"
+      return ANSWERED, None, ""
+    for end in range(start + 1, len(lines)):
+      if lines[end].strip():
+        continue
+      try:
+        reply = json.loads(b"\n".join(lines[start:end]))
+      except ValueError:
+        return PROTOCOL_ERROR, None, f"stray output in a reply: {b' '.join(lines[start:end])[:200]!r}"
+      if not isinstance(reply, dict):
+        return PROTOCOL_ERROR, None, f"a reply that is no JSON object: {reply!r:.200}"
+      self._buffer = b"\n".join(lines[end + 1:] + [partial])
+      return ANSWERED, reply, ""
+    return ANSWERED, None, ""
 
   def _take_reply(self) -> dict | None:
     """Pops one complete reply (JSON up to a blank line) from the buffer, if present.

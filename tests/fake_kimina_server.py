@@ -17,10 +17,18 @@ kimina-lean-server at fb2393d, with the standard library only:
                    the header's line count (`_apply_header_offset`, including its early return when
                    there are no messages).
   auth             server/auth.py: with an API key set, `Authorization: [Bearer ]<key>` or 401.
-  GET /health      {"status": "ok"}.
+  GET /health      {"status": "ok"}; GET /api/openapi.json: {"info": {"version": ...}}.
+
+`flavor="2.1.3"` follows the PyPI release kimina-ast-server 2.1.3 where it differs (its
+server/routers/check.py, split.py): message lines are left relative to the text after the import
+lines (no `_apply_header_offset`); a snippet that finds no REPL within `max_wait` gets
+`error: "No available REPLs"` (the request still answers 200); a REPL that fails gives that snippet
+`error: "Snippet execution failed: ..."` instead of failing the request with 500.
 
 Faults for the retry tests: `fail_first` requests answered with `fail_status`, `drop_first`
-connections closed without an answer.
+connections closed without an answer, `busy_first` snippets answered as if no REPL were free
+(429 for the request at fb2393d, a per-snippet error at 2.1.3), `line_skew` added to every
+reported line (a server numbering lines some third way).
 """
 import json
 import os
@@ -136,7 +144,10 @@ class FakeKiminaServer:
   """`with FakeKiminaServer(...) as server:` serves on 127.0.0.1 at `server.url`."""
 
   def __init__(self, api_key=None, max_repls=2, max_wait=30.0, repl_args=(), fail_first=0,
-               drop_first=0, fail_status=500):
+               drop_first=0, fail_status=500, flavor="fb2393d", busy_first=0, line_skew=0):
+    assert flavor in ("fb2393d", "2.1.3"), flavor
+    self.flavor, self.busy_first, self.line_skew = flavor, busy_first, line_skew
+    self.snippets = 0  # snippets received
     self.api_key, self.max_repls, self.max_wait = api_key, max_repls, max_wait
     self.repl_args, self.fail_first, self.drop_first, self.fail_status = tuple(repl_args), fail_first, drop_first, fail_status
     self.requests = 0  # POST /api/check requests received
@@ -150,7 +161,11 @@ class FakeKiminaServer:
         pass
 
       def do_GET(self):
-        self._send(200, {"status": "ok"}) if self.path.rstrip("/") in ("", "/health") else self._send(404, {})
+        if self.path.rstrip("/") in ("", "/health"):
+          return self._send(200, {"status": "ok"})
+        if self.path == "/api/openapi.json":
+          return self._send(200, {"info": {"title": "fake kimina server", "version": f"{server.flavor}-fake"}})
+        return self._send(404, {})
 
       def do_POST(self):
         length = int(self.headers.get("Content-Length") or 0)
@@ -215,7 +230,13 @@ class FakeKiminaServer:
     snippets, timeout = request["snippets"], float(request.get("timeout", 30))
     if not snippets or len({s["id"] for s in snippets}) != len(snippets):
       raise HttpError(422, "`snippets` must be non empty with unique ids")
-    futures = [self._executor.submit(self._run_one, s, timeout) for s in snippets]
+    with self._cond:
+      first = self.snippets
+      self.snippets += len(snippets)
+    busy = [first + j < self.busy_first for j in range(len(snippets))]
+    if any(busy) and self.flavor == "fb2393d":
+      raise HttpError(429, "No available REPLs")
+    futures = [self._executor.submit(self._run_one, s, timeout, b) for s, b in zip(snippets, busy)]
     results = [f.result() for f in futures]  # the first HttpError fails the request (asyncio.gather)
     return {"results": [{k: v for k, v in r.items() if v is not None} for r in results]}
 
@@ -253,7 +274,19 @@ class FakeKiminaServer:
     if not keep:
       repl.kill()
 
-  def _run_one(self, snippet, timeout):
+  def _run_one(self, snippet, timeout, busy=False):
+    try:
+      if busy:
+        raise HttpError(429, "No available REPLs")
+      return self._run_snippet(snippet, timeout)
+    except HttpError as e:
+      if self.flavor == "fb2393d":
+        raise
+      if e.status == 429:
+        return {"id": snippet["id"], "error": "No available REPLs"}
+      return {"id": snippet["id"], "error": f"Snippet execution failed: {e.detail}"}
+
+  def _run_snippet(self, snippet, timeout):
     header, body, header_lines = split_snippet(snippet["code"])
     repl = self._get_repl(header)
     start = time.monotonic()
@@ -270,6 +303,12 @@ class FakeKiminaServer:
     except HttpError:
       self._release(repl, keep=False)
       raise
-    apply_header_offset(response, header_lines)
+    if self.flavor == "fb2393d":
+      apply_header_offset(response, header_lines)
+    if self.line_skew and isinstance(response, dict):
+      for message in response.get("messages") or []:
+        for key in ("pos", "endPos"):
+          if message.get(key):
+            message[key]["line"] += self.line_skew
     self._release(repl, keep=True)
     return {"id": snippet["id"], "time": round(time.monotonic() - start, 6), "response": response}

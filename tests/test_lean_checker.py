@@ -15,6 +15,8 @@ from compassplay_jax.models.config import ConfigError
 from compassplay_jax.verifiers import lean_checker
 from compassplay_jax.verifiers.lean_acceptance import check_proofs
 from compassplay_jax.verifiers.lean_acceptance import proof_command
+from compassplay_jax.verifiers.lean_kimina import BODY_LINES
+from compassplay_jax.verifiers.lean_kimina import SNIPPET_LINES
 from compassplay_jax.verifiers.lean_kimina import KiminaChecker
 from compassplay_jax.verifiers.lean_pool import LeanReplPool
 from compassplay_jax.verifiers.lean_repl import LeanSetupError
@@ -96,13 +98,14 @@ def test_batches_keep_the_input_order(server):
   bodies = [f"\n  simp -- fake: error goal {i}" for i in range(7)]
   with FakeKiminaServer(max_repls=2) as fresh, kimina(fresh.url, batch_size=3) as remote:
     verdicts = check_proofs(remote, HEADER, STATEMENT, bodies)
-    assert fresh.requests == 3
+    assert fresh.requests == 1 + 3  # the line numbering measured once, then 3 batches
+    assert remote.line_mode == SNIPPET_LINES
   assert [v.reason for v in verdicts] == [f"lean error at line 3: goal {i}" for i in range(7)]
 
 
 @pytest.mark.parametrize("fault", [{"fail_first": 2}, {"drop_first": 2}, {"fail_first": 2, "fail_status": 429}])
 def test_failed_requests_are_retried_with_backoff(fault):
-  with FakeKiminaServer(**fault) as flaky, kimina(flaky.url, retries=3, backoff_s=0.05) as remote:
+  with FakeKiminaServer(**fault) as flaky, kimina(flaky.url, retries=3, backoff_s=0.05, line_mode=SNIPPET_LINES) as remote:
     start = time.monotonic()
     verdicts = check_proofs(remote, HEADER, STATEMENT, [CLEAN])
     elapsed = time.monotonic() - start
@@ -113,7 +116,7 @@ def test_failed_requests_are_retried_with_backoff(fault):
 
 @pytest.mark.parametrize("fault", [{"fail_first": 10**6}, {"drop_first": 10**6}])
 def test_a_server_that_keeps_failing_fails_the_job_not_the_run(fault):
-  with FakeKiminaServer(**fault) as broken, kimina(broken.url, retries=2, batch_size=2) as remote:
+  with FakeKiminaServer(**fault) as broken, kimina(broken.url, retries=2, batch_size=2, line_mode=SNIPPET_LINES) as remote:
     verdicts = check_proofs(remote, HEADER, STATEMENT, [CLEAN, CLEAN])
     # 3 attempts of the batch, then 3 attempts of each snippet on its own.
     assert broken.requests == (9 if "fail_first" in fault else 3)
@@ -126,22 +129,82 @@ def test_a_server_that_is_down_fails_the_job_not_the_run():
     url = gone.url
   with kimina(url, retries=1) as remote:
     verdicts = check_proofs(remote, HEADER, STATEMENT, [CLEAN])
-    with pytest.raises(LeanSetupError, match="failed a trivial check"):
+    with pytest.raises(LeanSetupError, match=r"kimina server http://127\.0\.0\.1:\d+ \(version unknown\) failed the warm-up check"):
       remote.warm_up(HEADER)
   assert (verdicts[0].ok, verdicts[0].system_error) == (False, True)
 
 
 def test_api_key_is_sent_as_a_bearer_token():
   with FakeKiminaServer(api_key="s3cret") as guarded:
-    with kimina(guarded.url, api_key="s3cret") as remote:
+    with kimina(guarded.url, api_key="s3cret", line_mode=SNIPPET_LINES) as remote:
       assert check_proofs(remote, HEADER, STATEMENT, [CLEAN])[0].ok
       remote.warm_up(HEADER)
-    with kimina(guarded.url, api_key="wrong", retries=3) as remote:
+    with kimina(guarded.url, api_key="wrong", retries=3, line_mode=SNIPPET_LINES) as remote:
       verdict = check_proofs(remote, HEADER, STATEMENT, [CLEAN])[0]
       with pytest.raises(LeanSetupError, match="HTTP 401"):
         remote.warm_up(HEADER)
-    assert guarded.requests == 1 + 1 + 1 + 1  # a 401 is not retried
+    # check; warm-up: its measurement, then the known-good and known-bad proofs in one request; a 401
+    # is not retried
+    assert guarded.requests == 1 + 2 + 1 + 1
   assert verdict.system_error and "HTTP 401" in verdict.reason
+
+
+# --- the PyPI release's behaviour (kimina-ast-server 2.1.3) and the warm-up -------------------------
+
+def test_the_pypi_release_gives_the_local_verdicts(local):
+  # 2.1.3 numbers lines from the end of the imports and answers REPL failures per snippet: measured
+  # and mapped, every verdict is the local pool's.
+  bodies = ACCEPTED + REJECTED + MALFORMED
+  with FakeKiminaServer(flavor="2.1.3") as pypi, kimina(pypi.url) as remote:
+    remote_verdicts = check_proofs(remote, HEADER, STATEMENT, bodies)
+    assert remote.line_mode == BODY_LINES
+  assert [verdict_key(v) for v in remote_verdicts] == [verdict_key(v) for v in check_proofs(local, HEADER, STATEMENT, bodies)]
+  assert sum(v.ok for v in remote_verdicts) == len(ACCEPTED)
+
+
+@pytest.mark.parametrize("flavor, mode", [("fb2393d", SNIPPET_LINES), ("2.1.3", BODY_LINES)])
+def test_warm_up_measures_the_line_numbering(flavor, mode):
+  with FakeKiminaServer(flavor=flavor) as s, kimina(s.url) as remote:
+    remote.warm_up(HEADER)
+    assert remote.line_mode == mode
+
+
+@pytest.mark.parametrize("server_args, message", [
+    ({"line_skew": 1}, r"reported the warm-up's #print axioms at line 9, neither 8 \(lines of the snippet\) "
+                       r"nor 6 \(lines after its imports\)"),
+    ({"repl_args": ("--accept-percent", "0")}, r"rejected the warm-up's known-good proof .*unsolved goals"),
+    ({"repl_args": ("--accept-percent", "0"), "flavor": "2.1.3"}, r"rejected the warm-up's known-good proof .*unsolved goals"),
+])
+def test_warm_up_refuses_a_server_that_reads_proofs_wrong(server_args, message):
+  with FakeKiminaServer(**server_args) as s, kimina(s.url) as remote:
+    with pytest.raises(LeanSetupError, match=r"^kimina server http://127\.0\.0\.1:\d+ \(v(fb2393d|2\.1\.3)-fake\) "
+                                             + message + "[^\n]*$"):
+      remote.warm_up(HEADER)
+
+
+def test_no_free_repl_answers_are_retried_not_failed_proofs():
+  # 2.1.3 answers "No available REPLs" per snippet (200); fb2393d fails the request with 429, and a
+  # batch still refused after its retries is tried one snippet at a time.
+  with FakeKiminaServer(flavor="2.1.3", busy_first=2) as pypi, kimina(pypi.url, line_mode=BODY_LINES) as remote:
+    verdicts = check_proofs(remote, HEADER, STATEMENT, [CLEAN] * 3)
+    assert remote.snippets_retried == 2 and pypi.requests == 2
+  assert [(v.ok, v.system_error) for v in verdicts] == [(True, False)] * 3
+  with FakeKiminaServer(busy_first=6) as upstream, kimina(upstream.url, retries=1, line_mode=SNIPPET_LINES) as remote:
+    verdicts = check_proofs(remote, HEADER, STATEMENT, [CLEAN] * 3)
+    assert upstream.requests == 2 + 3  # the batch twice (429), then each snippet
+  assert [(v.ok, v.system_error) for v in verdicts] == [(True, False)] * 3
+
+
+def test_the_lean_loop_re_queues_system_errors_and_counts_them():
+  from compassplay_jax.selfplay.lean import check_requeued
+  # The client gives up after its retries (0 here): the loop checks those proofs again.
+  with FakeKiminaServer(flavor="2.1.3", busy_first=2) as pypi, kimina(pypi.url, retries=0, line_mode=BODY_LINES) as remote:
+    first = check_proofs(remote, HEADER, STATEMENT, [CLEAN] * 3)
+    assert [v.system_error for v in first] == [True, True, False]
+    assert "No available REPLs" in first[0].reason
+  with FakeKiminaServer(flavor="2.1.3", busy_first=2) as pypi, kimina(pypi.url, retries=0, line_mode=BODY_LINES) as remote:
+    verdicts, system_errors = check_requeued(remote, HEADER, STATEMENT, [CLEAN] * 3)
+  assert [v.ok for v in verdicts] == [True] * 3 and system_errors == 2
 
 
 # --- config.lean.checker ---------------------------------------------------------------------------

@@ -430,3 +430,30 @@ def test_one_update_lowers_a_copy_and_raises_a_novel_conjecture(setup, loop):
     ids = conjectures.prompt_tokens[r], conjectures.tokens[r]
     change[name] = (_sequence_logprob(graphdef, loop.updated, *ids) - _sequence_logprob(graphdef, loop.before, *ids))
   assert change["copy"] < 0 < change["novel"], change
+
+
+def test_system_errors_are_re_queued_and_counted(setup):
+  # A check the checker failed (a crash, a server with no REPL free) is checked again, not counted as a
+  # failed proof; lean/system_errors counts every such check.
+  from compassplay_jax.verifiers.lean_repl import CRASH, LeanCheckResult
+  config, tokenizer, graphdef, params = setup
+  summaries = []
+  for inject in (0, 3):
+    play, _ = _play(setup)
+    play.supplied_checked = True  # only the prover's proofs go through the checker
+    check_batch, left = play.pool.check_batch, [inject]
+
+    def flaky(items, check_batch=check_batch, left=left):
+      results = check_batch(items)
+      n = min(left[0], len(results))
+      left[0] -= n
+      return [LeanCheckResult(status=CRASH, error="injected") for _ in range(n)] + results[n:]
+
+    play.pool.check_batch = flaky
+    try:
+      _, metrics = _collect(play, graphdef, params, 1, jax.random.key(0))
+    finally:
+      play.close()
+    summaries.append((metrics["lean/system_errors"], metrics["reward/solver"], metrics["lean/solver_rows"]))
+  assert summaries[0][0] == 0 and summaries[1][0] == 3
+  assert summaries[1][1:] == summaries[0][1:]

@@ -117,6 +117,25 @@ def validate_config(config) -> None:
   check_checker_config(config.lean)
 
 
+# A proof whose check failed on the checker's side (a system error: a crashed REPL, a server with no REPL
+# free) is checked again, up to this many times, instead of counting as a failed proof (docs/lean.md §2).
+SYSTEM_ERROR_REQUEUES = 3
+
+
+def check_requeued(pool, header: str, statement: str, bodies: list, requeues: int = SYSTEM_ERROR_REQUEUES):
+  """check_proofs, with the bodies whose check was a system error re-queued up to `requeues` times:
+  (verdicts, system errors seen). A body still failing after that stays a rejected system error."""
+  verdicts, seen = check_proofs(pool, header, statement, bodies), 0
+  for attempt in range(requeues + 1):
+    again = [j for j, v in enumerate(verdicts) if v.system_error]
+    seen += len(again)
+    if not again or attempt == requeues:
+      break
+    for j, v in zip(again, check_proofs(pool, header, statement, [bodies[j] for j in again])):
+      verdicts[j] = v
+  return verdicts, seen
+
+
 class LeanSelfPlay:
   """Targets, the Lean pool, coverage and the seed pool (verified proofs = local references).
 
@@ -146,6 +165,7 @@ class LeanSelfPlay:
     self.generations = 0
     self.supplied_checked = False
     self._reference_tokens: dict[str, int] = {}  # the step's reference sequences' lengths (rows() reports truncation)
+    self._system_errors: list[int] = []  # per problem checked this step: system errors (appended by checking threads)
 
   def close(self):
     self.pool.close()
@@ -192,7 +212,9 @@ class LeanSelfPlay:
       prefill, header, statement = problem
       found = [extraction.extract_proof_body(prefill + t, strict=self.config.lean.strict_extraction) for t in texts]
       checkable = [b for b in found if b is not None]
-      results = iter(check_proofs(self.pool, header, statement, checkable) if checkable else [])
+      verdicts, system_errors = check_requeued(self.pool, header, statement, checkable) if checkable else ([], 0)
+      self._system_errors.append(system_errors)
+      results = iter(verdicts)
       return [bool(b is not None and next(results).ok) for b in found], [b or "" for b in found]
 
     shares = distributed.Shares.of(len(problems))  # across processes: a host checks the proofs it sampled
@@ -256,6 +278,7 @@ class LeanSelfPlay:
     valid_rows = [r for r, o in enumerate(outcomes) if o.valid]
     problems = ([(t.header, t.statement) for t in targets]
                 + [(self.by_name[outcomes[r].seed].header, outcomes[r].statement) for r in valid_rows])
+    self._system_errors.clear()
     prove_gen, verdicts, bodies = self._prove(engine, params, problems, key, times) if problems else (None, [], [])
     rates = np.asarray([np.mean(v) for v in verdicts], np.float32)
     solved = {target.name: prove_gen.texts[i * k + verdicts[i].index(True)]
@@ -279,7 +302,7 @@ class LeanSelfPlay:
           group="conjecture", formatted=o.formatted, valid=o.valid, solve_rate=solve_rate, solution=solution,
           reference=o.seed if plan.references[o.seed] is not None else None, jaccard=jaccard))
     record = LeanChecks(prove_gen, verdicts, bodies, rates, len(problems), solved, checked,
-                        generations=len(outcomes) + len(problems) * k)
+                        generations=len(outcomes) + len(problems) * k, system_errors=sum(self._system_errors))
     return step_lib.Verified(candidates, record, tokens=int(np.sum(prove_gen.lengths)) if prove_gen else 0)
 
   def fixed_references(self, plan: "LeanPlan") -> dict:
@@ -377,6 +400,7 @@ class LeanSelfPlay:
         # The paper's rates: over the in-band (training) conjectures of this iteration.
         "copy_rate": float(np.mean([o.copy for o in trained])) if trained else 0.0,
         "rename_rate": float(np.mean([o.rename for o in trained])) if trained else 0.0,
+        "lean/system_errors": checks.system_errors,  # checks the checker failed (re-queued), this host
         "lean/solver_rows": int(np.count_nonzero(weights)), "lean/proofs_try_zeroed": n_try,
         "lean/proofs_length_penalized": n_long, "lean/conjectures_length_penalized": n_conj_long,
         "lean/copies_trained_down": int(np.sum(copies)),
@@ -440,3 +464,4 @@ class LeanChecks:
   solved: dict                              # target name -> its first verified proof this iteration
   outcomes: list                            # ConjectureOutcome per conjecture, solve rate and novelty filled in
   generations: int = 0                      # sequences generated this iteration (coverage's x axis)
+  system_errors: int = 0                    # proof checks that failed on the checker's side (each re-queued)

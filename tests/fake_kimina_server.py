@@ -1,9 +1,10 @@
 """A stand-in for kimina-lean-server, for tests only: its HTTP API over the stand-in REPL.
 
-Why a stand-in: the server on PyPI (`kimina-ast-server` 2.1.3, the packaged kimina-lean-server)
-imports Prisma at start-up, and Prisma downloads its query engine from binaries.prisma.sh, so
-offline the server stops before it serves ("Failed to generate Prisma client"). This one follows
-kimina-lean-server at fb2393d, with the standard library only:
+Why a stand-in: the real server (PyPI's `kimina-ast-server` 2.1.3, or upstream) only starts here
+with workarounds (a Python 3.12 venv with pinned fastapi and a stub for its Prisma module, which
+downloads an engine at import), which take a minute and PyPI access: tests/test_kimina_real_server.py
+runs it that way, outside CI. This one runs in the default suite and follows kimina-lean-server at
+fb2393d, with the standard library only:
 
   POST /api/check  server/routers/check.py `run_checks`: each snippet split by server/split.py
                    (leading `import`/blank lines = header, `import Mathlib.*` collapsed), a REPL per

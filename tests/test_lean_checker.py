@@ -1,8 +1,8 @@
 """The checker interface (verifiers/lean_checker.py): the local REPL pool and the kimina client.
 
 The kimina path runs against tests/fake_kimina_server.py, which speaks kimina-lean-server's API on
-127.0.0.1 over the same stand-in REPL the local pool runs (the PyPI server cannot start offline; the
-module docstring says why). Both paths check the same bodies on the same REPL replies; the oracle is
+127.0.0.1 over the same stand-in REPL the local pool runs, as upstream (fb2393d) or as PyPI's 2.1.3
+(tests/test_kimina_real_server.py runs the real ones, outside CI). Both paths check the same bodies on the same REPL replies; the oracle is
 the local pool's verdict, field by field.
 """
 import sys

@@ -219,7 +219,7 @@ class KiminaChecker:
   def _bad_rejection(result: LeanCheckResult) -> str:
     """'' when the known-bad proof's result rejects it for the right reason, else what is wrong."""
     if result.status != ANSWERED:
-      return f"{result.status}: {result.error}"[:300]
+      return f"{result.status}: {' '.join(result.error.split())}"[:300]
     if result.errors:
       return f"lean error at line {result.errors[0].line}: {result.errors[0].data.splitlines()[0]}"
     if not result.sorries and not any("declaration uses" in m.data for m in result.messages):
@@ -241,7 +241,7 @@ class KiminaChecker:
       code = header + command
       (item,) = self._fetch([(header, command)])
       if isinstance(item, LeanCheckResult):
-        raise LeanSetupError(f"{self.server} failed the warm-up check ({item.status}): {item.error}"[:600])
+        raise LeanSetupError(f"{self.server} failed the warm-up check ({item.status}): {' '.join(item.error.split())}"[:600])
       if item.get("error") is not None or not isinstance(item.get("response"), dict):
         raise LeanSetupError(f"{self.server} answered the warm-up check with {item!r:.300}")
       expected, _ = lean_acceptance._audit_lines(*WARM_UP_GOOD)

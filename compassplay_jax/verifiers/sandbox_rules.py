@@ -9,9 +9,11 @@ restricted runtime of `sandbox_runtime.py`. Its capabilities are exactly what is
 - `program_reason(tree)`: the source rules. The only ways from an allowed object to the interpreter's
   internals are attribute names starting with "_" (`__globals__`, `__subclasses__`, `_getframe`),
   the frame/code/traceback attributes (`f_back`, `gi_frame`, `tb_frame`, `co_consts`), and reading
-  attributes by a computed name; the rules refuse the first two and the runtime offers no function
-  for the third (`getattr`, `attrgetter`, `vars`, `inspect`, `string.Formatter` are not there),
-  and `match` statements, whose class patterns read attributes by name, are refused;
+  attributes by a computed name; the rules refuse the first two, and for the third the runtime
+  offers no function (`getattr`, `attrgetter`, `vars`, `inspect`, `string.Formatter` are not
+  there) or checks the name where it is read (`format_reason` for `str.format`/`format_map`,
+  `attr_reason` for `hasattr`; see sandbox_runtime.py). `match` statements, whose class patterns
+  read attributes by name, are refused;
 - `value_reason(tree, names)`: the rules for value expressions (answers, inputs): literals,
   arithmetic, comprehensions, lambdas, a few pure builtins, public methods.
 
@@ -20,6 +22,7 @@ sent) and, as a plain script, by the sandbox zygote (the job process applies the
 tree it compiles). It must not import the package.
 """
 import _ast
+import _string
 import builtins
 import functools
 import importlib
@@ -85,7 +88,9 @@ BANNED_ATTRS = frozenset(("mro", "attrgetter", "methodcaller", "get_field",
 _BANNED_ATTR_PREFIX = re.compile(r"^(_|f_|gi_|cr_|ag_|tb_|co_)")
 _DUNDER = re.compile(r"^__.*[A-Za-z0-9]")
 _DUNDER_IN_TEXT = re.compile(r"__[A-Za-z0-9_]*[A-Za-z0-9]__")
-_FORMAT_FIELD_TO_PRIVATE = re.compile(r"\{[^{}]*[.\[]\s*_")
+# A literal format field reading a banned attribute or a "_" item: refused early (the runtime
+# refuses every attribute field anyway, whatever text reaches str.format).
+_FORMAT_FIELD_TO_PRIVATE = re.compile(r"\{[^{}]*(\[\s*_|\.\s*(_|f_|gi_|cr_|ag_|tb_|co_))")
 MAX_DEPTH = 400  # AST nesting; real programs stay far below (CRUXEval, AZR seeds: < 50).
 
 
@@ -150,9 +155,44 @@ def _name_reason(name):
   return None
 
 
-def _attr_reason(attr):
+def attr_reason(attr):
+  """Why a program may not read the attribute named `attr` (an exact str); None when it may."""
   if _BANNED_ATTR_PREFIX.match(attr) or attr in BANNED_ATTRS:
     return f"attribute {attr!r} is not allowed"
+  return None
+
+
+def format_reason(text):
+  """Why `text.format(...)` or `text.format_map(...)` would read an attribute or a "_" name;
+  None when its fields only name arguments and items.
+
+  A field's attributes (`{0.gi_frame}`) are refused whatever their name: format is the one place
+  where text names attributes, and no ordinary program needs it. Keys and argument names starting
+  with "_" are refused too. Fields nested in a format spec (`{0:{1}}`) are checked like the
+  others. The check walks the text in str.format's own order and stops where str.format's parser
+  would fail, so nothing it skips would ever be read."""
+  return _fields_reason(text, nested=True)
+
+
+def _fields_reason(text, nested):
+  try:
+    for _, field, spec, _ in _string.formatter_parser(text):
+      if field is None:
+        continue
+      first, rest = _string.formatter_field_name_split(field)
+      if type(first) is str and first.startswith("_"):
+        return f"format field {field!r}: a name starting with '_' is not allowed"
+      for is_attribute, key in rest:
+        if is_attribute:
+          return f"format field {field!r}: reading an attribute in a format string is not allowed"
+        if type(key) is str and key.startswith("_"):
+          return f"format field {field!r}: a key starting with '_' is not allowed"
+      if nested and spec:  # str.format expands one level of fields inside a spec.
+        reason = _fields_reason(spec, nested=False)
+        if reason:
+          return reason
+  except ValueError:  # Malformed: str.format raises at this very point, before reading further.
+    return None
   return None
 
 
@@ -160,7 +200,7 @@ def _text_reason(value):
   if _DUNDER_IN_TEXT.search(value):
     return "a dunder name inside a string is not allowed"
   if _FORMAT_FIELD_TO_PRIVATE.search(value):
-    return "a format field reaching a '_' attribute is not allowed"
+    return "a format field reading a banned attribute or a '_' key is not allowed"
   return None
 
 
@@ -251,7 +291,7 @@ def program_reason(tree, module_names_of=module_names):
           and node.id not in ALLOWED_BUILTINS):
         reason = f"name {node.id!r} is not available"
     elif kind is _ast.Attribute:
-      reason = _attr_reason(node.attr)
+      reason = attr_reason(node.attr)
       if reason is None and type(node.ctx) is not _ast.Load:
         reason = "assigning or deleting an attribute is not allowed"
       if (reason is None and type(node.value) is _ast.Name and node.value.id in aliases

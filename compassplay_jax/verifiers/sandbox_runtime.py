@@ -17,8 +17,21 @@ Built once in the zygote (before any job), so every job process starts from the 
   from a method the program defined.
 
 The program has no object that can do I/O or reach this module, the harness's frames or the
-result descriptor: see sandbox_rules.py. This file is imported by the sandbox zygote as a plain
-script: it must not import the package.
+result descriptor: see sandbox_rules.py. Where text names an attribute, the name is checked where it
+is read (issue 46):
+
+- `str.format`/`format_map`: the worker rewrites every `x.format` and `x.format_map` the program
+  reads into `__cp_format__(x, "format")`, which checks the string the method is bound to
+  (`sandbox_rules.format_reason`: no attribute fields, no "_" names) before handing the method out;
+- `hasattr(x, name)`: False for a name the source rules refuse (`sandbox_rules.attr_reason`);
+- `copy.copy`/`deepcopy` (which read and write attributes named by `__reduce_ex__`, `__slotnames__`,
+  `__setstate__`): refused for a class the program made at run time with such names
+  (`type(name, bases, {...})` with computed dunder keys);
+- an audit hook in the job process: every attribute read CPython audits (`tb_frame`, `gi_frame`,
+  `cr_frame`, `ag_frame`, `f_code`, `__code__`, ...: the only ways to a frame or a code object)
+  raises, however the name was built.
+
+This file is imported by the sandbox zygote as a plain script: it must not import the package.
 """
 import _ast
 import builtins
@@ -27,6 +40,7 @@ import gc
 import importlib
 import json
 import marshal
+import sys
 import types
 
 import sandbox_rules as rules  # pylint: disable=g-import-not-at-top  (sibling plain-script module)
@@ -77,6 +91,10 @@ class Runtime:
                      if hasattr(builtins, name)}
     self.builtins["__build_class__"] = builtins.__build_class__
     self.builtins["__import__"] = self._importer()
+    self.builtins["hasattr"] = _checked_hasattr
+    self.builtins[FORMAT_GUARD] = _format_method
+    if "copy" in self.proxies:
+      _gate_copy(self.proxies["copy"])
     self.value_calls = {name: getattr(builtins, name) for name in rules.VALUE_CALLS}
     self.encode = values.make_encoder()
     self.encode_str = json.encoder.c_encode_basestring_ascii or json.encoder.encode_basestring_ascii
@@ -109,6 +127,7 @@ class Runtime:
   def run(self, payload, max_chars):
     """Result body (JSON text, ASCII) for a payload made by `prepare`; never raises but
     MemoryError. The job process compiles nothing: it runs the worker's code objects."""
+    _add_audit_hook(_refuse_internals)  # This job process only; it cannot be removed.
     encode_str = self.encode_str
     status, error_type, error_message, outcomes = "ok", None, None, []
     try:
@@ -223,7 +242,192 @@ def compile_program(source, module_names_of=rules.module_names):
   reason = rules.program_reason(tree, module_names_of)
   if reason:
     raise ProgramRejected(reason)
+  if "format" in source:  # Cheap skip: the name cannot appear otherwise.
+    _guard_format_reads(tree)
   return compile(tree, "<program>", "exec")
+
+
+# ---------------------------------------------------------------------------------------------
+# Names read from text (issue 46). Everything here runs inside the job with the program's objects,
+# so it keeps no state a program could reach: no default arguments, nothing but module globals.
+
+FORMAT_GUARD = "__cp_format__"  # A dunder name: no program can write, bind or shadow it.
+_FORMAT_NAMES = frozenset(("format", "format_map"))
+_STR_FORMAT, _STR_FORMAT_MAP = str.format, str.format_map
+_BUILTIN_METHOD = type("".format)
+_LOCATION = ("lineno", "col_offset", "end_lineno", "end_col_offset")
+
+
+def _guard_format_reads(tree):
+  """Rewrites every read of an attribute `format`/`format_map` into `__cp_format__(x, name)`
+  (in place; the rules were applied to this tree first and the rewrite adds only that call)."""
+  todo = [tree]
+  while todo:
+    node = todo.pop()
+    for field in type(node)._fields:
+      value = getattr(node, field, None)
+      if type(value) is list:
+        for i, item in enumerate(value):
+          if isinstance(item, _ast.AST):
+            value[i] = _format_call(item)
+            todo.append(value[i])
+      elif isinstance(value, _ast.AST):
+        setattr(node, field, _format_call(value))
+        todo.append(getattr(node, field))
+  return tree
+
+
+def _format_call(node):
+  if type(node) is not _ast.Attribute or node.attr not in _FORMAT_NAMES:
+    return node
+  call = _ast.Call(func=_ast.Name(id=FORMAT_GUARD, ctx=_ast.Load()),
+                   args=[node.value, _ast.Constant(value=node.attr)], keywords=[])
+  for new in (call, call.func, call.args[1]):
+    for name in _LOCATION:
+      setattr(new, name, getattr(node, name, None))
+  return call
+
+
+def _format_method(obj, name):
+  """`obj.<name>` for name "format"/"format_map"; str's own method only once the string it is
+  bound to passes `sandbox_rules.format_reason` (ValueError otherwise)."""
+  method = getattr(obj, name)
+  if type(method) is _BUILTIN_METHOD:
+    target = method.__self__  # (C getters: no program code runs here.)
+    if issubclass(type(target), str) and method.__name__ in _FORMAT_NAMES:
+      _check_format_text(target)
+    return method
+  if method is _STR_FORMAT:
+    return _checked_format
+  if method is _STR_FORMAT_MAP:
+    return _checked_format_map
+  return method
+
+
+_passed_texts = {}  # Exact strs already checked (format in a loop checks its text once).
+
+
+def _check_format_text(text):
+  exact = type(text) is str
+  if exact and text in _passed_texts:
+    return
+  reason = rules.format_reason(text)
+  if reason:
+    raise ValueError(reason + " in the sandbox")
+  if exact and len(_passed_texts) < 4096:
+    _passed_texts[text] = True
+
+
+def _checked_format(self, *args, **kwargs):
+  """str.format, read unbound (`str.format`, `type(s).format`), with its text checked first."""
+  if issubclass(type(self), str):
+    _check_format_text(self)
+  return _STR_FORMAT(self, *args, **kwargs)  # (A non-str raises str.format's own TypeError.)
+
+
+def _checked_format_map(self, mapping):
+  if issubclass(type(self), str):
+    _check_format_text(self)
+  return _STR_FORMAT_MAP(self, mapping)
+
+
+_real_hasattr = builtins.hasattr
+_exact_str = str.__str__  # On a str subclass: an exact copy of its text (no program method).
+
+
+def _checked_hasattr(obj, name):
+  """hasattr, False for a name the source rules would refuse (`_x`, `gi_frame`, `mro`, ...)."""
+  if type(name) is not str:
+    if not issubclass(type(name), str):
+      return _real_hasattr(obj, name)  # Raises hasattr's own TypeError.
+    name = _exact_str(name)
+  if rules.attr_reason(name):
+    return False
+  return _real_hasattr(obj, name)
+
+
+# Attribute reads CPython audits are the frame and code attributes (`tb_frame`, `gi_frame`,
+# `cr_frame`, `ag_frame`, `f_code`, `gi_code`, `__code__`, ...): no ordinary program or allowed
+# module reads them (`namedtuple`/`typing` use `sys._getframe` internally, which stays). Audited
+# writes are a function's `__code__` and every attribute of a class (namedtuple sets `__module__`).
+_REFUSED_EVENTS = frozenset(("object.__getattr__", "object.__setattr__", "object.__delattr__",
+                             "sys._current_frames", "sys.settrace", "sys.setprofile",
+                             "gc.get_objects", "gc.get_referrers", "gc.get_referents",
+                             "code.__new__", "function.__new__"))
+_add_audit_hook = sys.addaudithook
+
+
+def _refuse_internals(event, args):
+  if event not in _REFUSED_EVENTS:
+    return
+  if event == "object.__getattr__":
+    raise AttributeError(f"attribute {args[1]!r} is not available in the sandbox")
+  if event.startswith("object."):  # A write: type attributes (namedtuple sets __module__) or code.
+    if type(args[1]) is str and args[1] == "__code__":  # (Exact str: no program __eq__ here.)
+      raise AttributeError("attribute '__code__' cannot be changed in the sandbox")
+    return
+  raise RuntimeError(f"{event} is not available in the sandbox")
+
+
+# copy.copy/deepcopy turn a class's `__reduce_ex__`, `__reduce__`, `__getstate__`, `__setstate__`,
+# `__slotnames__` and `__slots__` into attribute reads and writes by name (`setattr(y, key, v)`,
+# `getattr(obj, slot)`). A class statement cannot define them; `type(name, bases, ns)` with computed
+# keys can. The gate refuses to copy an instance of such a class.
+_COPY_HOOKS = frozenset(("__reduce_ex__", "__reduce__", "__getstate__", "__setstate__",
+                         "__slotnames__", "__slots__", "__copy__", "__deepcopy__",
+                         "__getattr__", "__getattribute__"))
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made by Python code (static types are C's).
+_type_flags = type.__dict__["__flags__"].__get__
+_type_mro = type.__dict__["__mro__"].__get__
+_type_dict = type.__dict__["__dict__"].__get__
+_trusted_classes = {}  # id -> class: every heap type that existed before any program ran.
+
+
+def _all_classes():
+  found, todo = {}, [object]
+  while todo:
+    cls = todo.pop()
+    if id(cls) not in found:
+      found[id(cls)] = cls
+      todo.extend(type.__subclasses__(cls))
+  return found
+
+
+def _copy_reason(cls):
+  for klass in _type_mro(cls):
+    if not _type_flags(klass) & _HEAPTYPE or id(klass) in _trusted_classes:
+      continue
+    for key, value in _type_dict(klass).items():
+      if type(key) is not str:
+        return "a class with a non-str attribute name"
+      if key in _COPY_HOOKS and not (key == "__slots__" and type(value) is tuple and not value
+                                     or key == "__slotnames__" and type(value) is list
+                                     and not value):
+        return f"a class that defines {key!r} at run time"
+  return None
+
+
+def _copy_getattr(obj, name, *default):
+  """The `getattr` of the copy module: copy's every lookup of a copy hook passes here."""
+  cls = obj if issubclass(type(obj), type) else type(obj)  # copy.copy looks up __copy__ on cls.
+  reason = _copy_reason(cls)
+  if reason:
+    raise TypeError(f"copying {reason} is not available in the sandbox")
+  return getattr(obj, name, *default)
+
+
+def _gate_copy(proxy):
+  """Gives the `copy` proxy the functions of a private copy of the copy module whose `getattr` is
+  the gate (the real module, which trusted code may use, is left alone). In the zygote: the
+  classes that exist now are the trusted ones."""
+  _trusted_classes.update(_all_classes())
+  real = importlib.import_module("copy")
+  private = types.ModuleType("copy")
+  private.getattr = _copy_getattr  # Shadows the builtin for every lookup in the module.
+  exec(real.__spec__.loader.get_code("copy"), vars(private))  # pylint: disable=exec-used
+  for name in ("copy", "deepcopy"):
+    if hasattr(proxy, name):
+      setattr(proxy, name, getattr(private, name))
 
 
 def _collect(*args, **kwargs):

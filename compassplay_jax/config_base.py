@@ -110,6 +110,12 @@ def check_config(config) -> None:
   profiling.parse_steps(config.profile.steps)  # names the field if a step is not a number
   if config.compile_ahead not in COMPILE_AHEAD:
     raise ConfigError(f"config.compile_ahead: {config.compile_ahead!r} is not one of {COMPILE_AHEAD}")
+  from compassplay_jax.rl.aggregation import LOSS_AGGREGATIONS
+  if config.train.loss_aggregation not in LOSS_AGGREGATIONS:
+    raise ConfigError(f"config.train.loss_aggregation: {config.train.loss_aggregation!r} is not one of "
+                      f"{LOSS_AGGREGATIONS}")
+  if config.train.verl_micro_batch_rows < 1:
+    raise ConfigError(f"config.train.verl_micro_batch_rows={config.train.verl_micro_batch_rows}: must be >= 1")
   if config.train.ppo_mini_batches < 1:
     raise ConfigError(f"config.train.ppo_mini_batches={config.train.ppo_mini_batches}: must be >= 1")
   if config.reward.name == "soar_utility":
@@ -234,6 +240,12 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   # can bind (docs/training.md "PPO mini-batches"). AZR: 1 (docs/paper_settings.md §5.3). Lean cuts
   # its optimizer steps by lean.train_batch_size instead.
   config.train.ppo_mini_batches = 1
+  # How token losses are averaged (rl/aggregation.py): "token_mean" over every trained token of a PPO
+  # mini-batch; "verl": veRL's mean over micro-batches of verl_micro_batch_rows consecutive rows of each
+  # micro-batch's token mean (what AZR trains with: configs/coding.py). Our own packing and micro-batch
+  # sizes change neither.
+  config.train.loss_aggregation = "token_mean"
+  config.train.verl_micro_batch_rows = 16
 
   config.sandbox = ml_collections.ConfigDict()
   config.sandbox.num_workers = 0  # 0 = number of CPU cores
@@ -275,6 +287,10 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   # Where each scaffolded proposal segment stops: a fence (the block's end), or e.g. "\n" for
   # one-line programs and inputs (the loop then closes the block).
   config.coding.segment_stop = "```"
+  # Where an unscaffolded proposer or solver response stops besides eos and its budget: AZR's rollouts
+  # have no stop string (the response may go on after </answer>; answers are read from the last
+  # answer block), so none by default; "</answer>" cuts each response at its first answer.
+  config.coding.answer_stop = ""
 
   config.lean = ml_collections.ConfigDict()
   config.lean.command = "lake env repl"

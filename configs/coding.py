@@ -64,10 +64,16 @@ def get_config(arg: str = ""):
   # main_azr_ppo.py L57 overwrites it with train_batch_size x 3 tasks x 2 roles = 384, and ppo_epochs
   # is 1 (azr_ppo_trainer.yaml L37), so the ratio is 1 (§5.3). 3 gives the 3 x 128 split.
   t.ppo_mini_batches = 1
+  # AZR's loss as veRL aggregates it: the mean over micro-batches of 16 consecutive rows
+  # (coder7b.sh L28 ppo_micro_batch_size_per_gpu=16) of each micro-batch's token mean (AZR's veRL,
+  # verl/verl/workers/actor/dp_actor.py L226-228 and L274; core_algos.py L301): each (task, role)
+  # group of 64 weighs the same whatever its response lengths (rl/aggregation.py).
+  t.loss_aggregation = "verl"
+  t.verl_micro_batch_rows = 16
   # Memory (docs/sharding.md, per-function tables): at 14240 tokens the train step does not fit a
   # v5p-8 with FSDP alone (97.4 of 95.7 GiB per chip), so tensor axis 4 and micro-batches of 2 rows
-  # (30.1 GiB). Our update is the batch's token mean, so micro-batching sets memory only. (AZR
-  # averages token means of micro-batches of 16, ppo_micro_batch_size_per_gpu, §5.3.)
+  # (30.1 GiB). Our micro-batches set memory only: the aggregation above is folded into the loss
+  # mask's per-token weights, so it does not depend on how we pack or micro-batch.
   if variant == "paper":  # the small variants below keep one device's mesh
     config_base.tensor_parallel_7b(config)
     # Rows packed by length, at most a padded micro-batch's 2 x 14240 tokens per pass: the update's 384
@@ -137,6 +143,9 @@ def _demo(config):
   s.top_k = 10  # a 135M model's long tail at T = 1 is mostly prose; top-k keeps answers to values
   s.max_new_tokens = 32  # each decoded segment is one line (segment_stop): expression, input or answer
   s.max_prompt_tokens = 512
+  # The demo keeps the plain token mean: its rows are few and scaffolded (one-line segments), and the
+  # timings and example output in README.md and docs/demo.md were measured with it.
+  config.train.loss_aggregation = "token_mean"
   config.reward.reference_path = "builtin:math_mini"  # the small committed MATH-style set
   config.reward.reference_size = 4
   config.reward.max_completion_tokens = 256

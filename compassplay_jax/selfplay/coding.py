@@ -44,7 +44,6 @@ from compassplay_jax.domains.coding.reference_set import reference_problems
 from compassplay_jax.selfplay.rollout import Row, reward_config, split_key, truncate_prompt
 
 BUILTIN = "builtin:"
-STOP = ("</answer>",)
 FENCE = "```"
 _CHAT_SUFFIX = "\nAssistant: <think>"
 
@@ -211,7 +210,7 @@ class CodingSelfPlay:
     scaffolded = bool(c.input_scaffold) and task_type != tasks.INDUCTION  # induction writes inputs, not code
     prefix = c.proposer_prefix if scaffolded or task_type != tasks.INDUCTION else ""
     if not scaffolded:
-      gen = self._sample(engine, params, [p + prefix for p in prompts_text], key, stop_strings=STOP)
+      gen = self._sample(engine, params, [p + prefix for p in prompts_text], key, stop_strings=self.answer_stops)
       segments = [[(gen.prompt_tokens[j], gen.tokens[j], gen.logprobs[j], None)] for j in range(len(prompts_text))]
       return [prefix + t for t in gen.texts], segments, int(np.sum(gen.lengths))
     k1, k2 = split_key(key, 2)
@@ -232,6 +231,12 @@ class CodingSelfPlay:
       mask = np.concatenate([np.ones(len(first.tokens[j])), np.zeros(len(scaffold)), np.ones(len(second.tokens[j]))])
       segments.append([(first.prompt_tokens[j], completion, logprobs, mask)])
     return texts, segments, int(np.sum(first.lengths) + np.sum(second.lengths))
+
+  @property
+  def answer_stops(self) -> tuple[str, ...]:
+    """Stop strings of unscaffolded responses (coding.answer_stop): none by default, as AZR samples."""
+    stop = self.config.coding.answer_stop
+    return (stop,) if stop else ()
 
   def _solver_prefix(self, task) -> str:
     """coding.solver_prefix with {block} = the answer fence the task type expects."""
@@ -272,7 +277,7 @@ class CodingSelfPlay:
     `checks`, each finished response goes to it while the others decode (selfplay/overlap.py)."""
     prompts_text = self.solver_prompts(task_list)
     scaffolded = bool(self.config.coding.solver_prefix)  # the answer block is open: stop where it ends
-    stops = (self.config.coding.segment_stop,) if scaffolded else STOP
+    stops = (self.config.coding.segment_stop,) if scaffolded else self.answer_stops
     on_finish = None if checks is None else (
         lambda row, tokens, text, reason: checks.on_row(row, self._solver_response(task_list[row // n_samples], text)))
     gen = self._sample(engine, params, prompts_text, key, n_samples=n_samples, stop_strings=stops, on_finish=on_finish)

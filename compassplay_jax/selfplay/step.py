@@ -21,6 +21,7 @@ import jax
 import numpy as np
 
 from compassplay_jax.rewards import proposer_rewards as rewards_lib
+from compassplay_jax.rl import aggregation
 from compassplay_jax.rl.advantages import trr_plus_plus
 from compassplay_jax.selfplay import alignment, soar_measure
 from compassplay_jax.selfplay.rollout import Row
@@ -93,6 +94,8 @@ class UpdateOptions:
   token_budget: int = 0   # > 0: rows packed by length into micro-batches of this many tokens
   recompute_logprobs: bool = False  # old log-probs from the train forward (update_params)
   fresh_optimizer: bool = False  # a new optimizer state before the step's first update (SGS's new trainer)
+  loss_aggregation: str = "token_mean"  # "verl": veRL's mean of micro-batch token means (rl/aggregation.py)
+  verl_micro_batch_rows: int = 16  # veRL's ppo_micro_batch_size_per_gpu (AZR: 16)
 
   @classmethod
   def from_config(cls, config, pad_id: int) -> "UpdateOptions":
@@ -100,7 +103,9 @@ class UpdateOptions:
     return cls(pad_id=pad_id, max_len=config_base.train_sequence_len(config),
                token_budget=config.train.micro_batch_tokens,
                recompute_logprobs=config_base.recompute_logprobs(config),
-               fresh_optimizer=config.train.fresh_optimizer)
+               fresh_optimizer=config.train.fresh_optimizer,
+               loss_aggregation=config.train.loss_aggregation,
+               verl_micro_batch_rows=config.train.verl_micro_batch_rows)
 
 
 @dataclasses.dataclass
@@ -283,6 +288,15 @@ def with_advantages(rows: Sequence[Row], max_len: int | None) -> list[Row]:
   return [dataclasses.replace(r, advantage=float(a)) for r, a in zip(rows, np.asarray(adv, np.float32))]
 
 
+def verl_weighted(rows: Sequence[Row], options: UpdateOptions) -> list[Row]:
+  """One PPO mini-batch's rows with veRL's aggregation folded into their loss masks
+  (rl/aggregation.py): each row's trained tokens (after truncation to max_len) count in its veRL
+  micro-batch of options.verl_micro_batch_rows consecutive rows."""
+  counts = [trained_tokens(r.prompt_ids, r.completion_ids, _mask(r), options.max_len) for r in rows]
+  weights = aggregation.verl_row_weights(counts, options.verl_micro_batch_rows)
+  return [dataclasses.replace(r, completion_mask=_mask(r) * w) for r, w in zip(rows, weights)]
+
+
 def _advantages(rows: Sequence[Row]) -> np.ndarray:
   if any(r.advantage is None for r in rows):
     raise ValueError("rows without advantages: run them through step.with_advantages first")
@@ -326,6 +340,8 @@ def update_params(engine, params, opt_state, chunks: Sequence[Sequence[Row]], ke
   options.fresh_optimizer: the chunks start from a new optimizer state (fresh_opt_state)."""
   if options.fresh_optimizer:
     opt_state = fresh_opt_state(engine, params, opt_state)
+  if options.loss_aggregation == "verl":
+    chunks = [verl_weighted(chunk, options) for chunk in chunks]
   bucketed = options.token_budget > 0
   size = engine.settings.train.micro_batch_size or engine.batch_divisor
   if bucketed:  # each process places only its share of every micro-batch's rows

@@ -14,6 +14,11 @@ paper configs").
   selfplay/coding.py, selfplay/lean.py, selfplay/step.py and selfplay/alignment.py batch their
   device calls, with the outcome rates that no config holds (valid proposals, solved targets, ...)
   as stated assumptions.
+* The program that runs (experiments/step_time.py --program): `engine_slots` (the continuous engine's
+  slot count from its memory budget), `continuous_run` (its chunks, windows and drain, call by call),
+  `sampler_mesh` / `sampler_weight_bytes` (per-host weight copies across processes),
+  `decode_step_figures`, `FixedCosts` / `run_seconds` (per-step, per-chunk and per-call costs),
+  `rollout_programs` (compile counts), `checkpoint_seconds`, `evaluation_steps`, `greedy_lengths`.
 * `seconds(...)`: a call's time on a device from its per-device FLOPs, HBM bytes and interconnect
   bytes: max(FLOPs / (peak x eff), bytes / (bandwidth x eff), link bytes / (link x eff)).
 """
@@ -350,3 +355,313 @@ def check_seconds(batch: CheckBatch, job_s: float, timeout_fraction: float, time
   parallel = min(g, batch.workers)
   per_group = math.ceil(g / parallel) * job_s + (1 - (1 - timeout_fraction) ** g) * timeout_s
   return batch.groups * per_group
+
+
+# ---- the program that runs: continuous engine, per-host copies, fixed costs, evaluation ----------
+#
+# What the loop runs (2026-12-04): every rollout and the evaluation go through the continuous engine
+# (sampling/continuous.py) on the sampler mesh (engine.Engine.sampler_mesh: the mesh on one process,
+# each host's own block of it across processes, with a whole bf16 weight copy per host), its slot
+# count from the memory budget (half the free device memory after params and optimizer state,
+# batching.device_memory_budget / slots_for_budget), its attention over power-of-two windows of the
+# cache (slots.windows) sized by the longest live row, chunks of sampling.chunk_tokens steps with a
+# host read after each. The functions below model that program; experiments/step_time.py prices it.
+
+def param_count(cfg) -> int:
+  """Parameters of a models.config.ModelConfig decoder (embedding, blocks, final norm, LM head)."""
+  h, i, v, layers = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.num_hidden_layers
+  q, kv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+  attn = h * q + 2 * h * kv + q * h + ((q + 2 * kv) if getattr(cfg, "attention_bias", False) else 0)
+  block = attn + 3 * h * i + 2 * h
+  head = 0 if cfg.tie_word_embeddings else v * h
+  return v * h + layers * block + h + head
+
+
+def matmul_params(cfg) -> int:
+  """Parameters a token's forward multiplies by (all but the embedding lookup; the LM head counts)."""
+  return param_count(cfg) - (0 if cfg.tie_word_embeddings else cfg.vocab_size * cfg.hidden_size)
+
+
+def free_device_bytes(limit_bytes: float, params: int, devices: int, state_bytes_per_param: int = 12) -> float:
+  """Per-device bytes free when the rollout engine measures its budget: the allocator's limit less the
+  fp32 params and AdamW's two fp32 moments (12 bytes a parameter), spread over `devices`."""
+  free = limit_bytes - state_bytes_per_param * params / devices
+  if free <= 0:
+    raise ValueError(f"params and optimizer state ({state_bytes_per_param * params / devices:.3g} B per device) "
+                     f"exceed the device limit {limit_bytes:.3g} B")
+  return free
+
+
+def engine_slots(cfg, cache_length: int, budget_bytes: float, max_bucket: int, *, tensor: int, batch_divisor: int,
+                 cache_dtype: str = "bfloat16", max_prefill_tokens: int = 2048) -> int:
+  """The continuous engine's slot count at this cache length (ContinuousEngine.max_slots): the budget
+  per device less a prefill of the engine's prefill rows at max_bucket, over batching.bytes_per_slot,
+  times the batch devices."""
+  from compassplay_jax.sampling import batching
+  prefill_rows = batching.pow2_at_most(max(1, max_prefill_tokens // max_bucket))
+  per_device = batching.slots_for_budget(cfg, cache_length, cache_dtype, int(budget_bytes), max_bucket,
+                                         tensor=tensor, prefill_rows=prefill_rows)
+  return per_device * batch_divisor
+
+
+def pow2_at_least(n: int) -> int:
+  return 1 << (max(int(n), 1) - 1).bit_length()
+
+
+def call_slots(max_slots: int, rows: int, batch_divisor: int) -> int:
+  """Slots a generate call of `rows` rows uses (ContinuousEngine._shape): at most its rows rounded up
+  to a power of two (and to the batch divisor)."""
+  want = pow2_at_least(rows)
+  want = max(batch_divisor, -(-want // batch_divisor) * batch_divisor)
+  return min(max_slots, want)
+
+
+def windows(length: int, smallest: int = 64) -> tuple[int, ...]:
+  """slots.windows: length, length/2, ... down to `smallest`."""
+  out = [length]
+  while out[-1] % 2 == 0 and out[-1] // 2 >= smallest:
+    out.append(out[-1] // 2)
+  return tuple(out)
+
+
+@dataclasses.dataclass
+class ContinuousRun:
+  """One continuous-engine generate call, simulated chunk by chunk.
+
+  steps: decode steps; chunks: decode_chunk calls (one host read each); shape_steps: {(slots,
+  window): decode steps run at that slot count and attention window}; slot_window_entries: sum over
+  steps of slots x window (cache columns attention reads, all slots); filled_entries: what attention
+  over each live row's filled columns would read instead; prefills: [(rows, bucket)] per prefill call;
+  inserts: insert calls; compacts: {(from, to)} slot-count moves."""
+  steps: int = 0
+  chunks: int = 0
+  shape_steps: dict = dataclasses.field(default_factory=dict)
+  slot_window_entries: int = 0
+  filled_entries: int = 0
+  prefills: list = dataclasses.field(default_factory=list)
+  inserts: int = 0
+  compacts: set = dataclasses.field(default_factory=set)
+  useful_slot_steps: int = 0
+
+
+def continuous_run(lengths: Sequence[int], buckets: Sequence[int], slots: int, *, cache_length: int, chunk: int = 8,
+                   batch_divisor: int = 1, samples: int = 1, shrink_floor: int = 4,
+                   max_prefill_tokens: int = 2048) -> ContinuousRun:
+  """ContinuousEngine.generate's schedule for rows of `lengths` tokens (token 0 from the prefill, so
+  L - 1 decode steps) whose prompts pad to `buckets` (one per row; rows k*samples .. are one prompt's
+  samples), arrival order, refill_threshold 1:
+  * admission fills every free slot from the queue; the new prompts among the admitted rows are
+    prefilled together, per bucket, at most prefill_rows_cap rows a call (padded to a power of two
+    times the divisor), then one insert per prefill the rows come from;
+  * a chunk runs up to `chunk` steps, ending once a slot frees while rows wait;
+  * its window is the smallest of windows(cache_length) holding every live row's bucket + tokens so
+    far + the chunk;
+  * once no row waits, the slots shrink to divisor x the power of two holding the live rows (at least
+    shrink_floor per batch device; the engine counts the fullest shard, taken here as an even split).
+  """
+  if slots < 1 or chunk < 1:
+    raise ValueError(f"slots={slots}, chunk={chunk}: both must be at least 1")
+  lengths = [int(x) for x in lengths]
+  if len(buckets) != len(lengths):
+    raise ValueError(f"{len(buckets)} buckets for {len(lengths)} rows")
+  wins = windows(cache_length)
+  d = batch_divisor
+  run = ContinuousRun()
+  rem = np.zeros(0, np.int64)      # decode steps left per live row
+  filled = np.zeros(0, np.int64)   # columns a live row has filled: bucket + tokens so far
+  queue, q = list(range(len(lengths))), 0
+  prefilled: set[int] = set()
+  while True:
+    free = slots - len(rem)
+    while free > 0 and q < len(queue):
+      taken = queue[q:q + free]
+      q += len(taken)
+      new = sorted({r // samples for r in taken} - prefilled)
+      by_bucket: dict[int, int] = {}
+      for p in new:
+        by_bucket[int(buckets[p * samples])] = by_bucket.get(int(buckets[p * samples]), 0) + 1
+      calls = 0
+      for b, count in by_bucket.items():
+        cap = (1 << (max(1, max_prefill_tokens // b).bit_length() - 1)) * d
+        for start in range(0, count, cap):
+          part = min(cap, count - start)
+          run.prefills.append((min(max(d, -(-pow2_at_least(part) // d) * d), cap), b))
+          calls += 1
+      prefilled.update(new)
+      run.inserts += max(calls, 1)
+      keep = [r for r in taken if lengths[r] > 1]
+      if len(keep) < len(taken):  # a row of one token ends at its insert: its slot frees after a 0-step chunk
+        run.chunks += 1
+      rem = np.concatenate([rem, np.asarray([lengths[r] - 1 for r in keep], np.int64)])
+      filled = np.concatenate([filled, np.asarray([int(buckets[r]) + 1 for r in keep], np.int64)])
+      free = slots - len(rem)
+    if not len(rem):
+      if q >= len(queue):
+        return run
+      continue
+    waiting = q < len(queue)
+    if not waiting:
+      local = slots // d
+      need = max(pow2_at_least(-(-len(rem) // d)), shrink_floor)
+      if need < local:
+        run.compacts.add((slots, d * need))
+        slots = d * need
+    n = int(min(chunk, rem.min() if waiting else rem.max()))
+    reach = int(filled.max()) + chunk
+    window = min(w for w in wins if w >= min(reach, cache_length))
+    key = (slots, window)
+    run.shape_steps[key] = run.shape_steps.get(key, 0) + n
+    run.steps += n
+    run.chunks += 1
+    run.slot_window_entries += n * slots * window
+    # Entries over the filled columns: a live row's k-th step of the chunk reads filled + k columns.
+    live_steps = np.minimum(rem, n)
+    run.filled_entries += int(np.sum(live_steps * filled + live_steps * (live_steps - 1) // 2))
+    run.useful_slot_steps += int(live_steps.sum())
+    rem = rem - n
+    filled = filled + n
+    alive = rem > 0
+    rem, filled = rem[alive], filled[alive]
+
+
+@dataclasses.dataclass(frozen=True)
+class Mesh:
+  """The devices one generate call runs on (one host's block across processes) and how they split
+  it: slots over batch_divisor (data x fsdp), KV heads over tensor."""
+  devices: int
+  batch_divisor: int
+  tensor: int
+
+
+def sampler_mesh(devices: int, batch_divisor: int, tensor: int, hosts: int) -> Mesh:
+  """The sampler mesh of a (data x fsdp = batch_divisor, tensor) mesh over `devices` chips on `hosts`
+  processes (sharding.host_meshes: the outer axes split between hosts, tensor inside one): one
+  process keeps the mesh; across processes each host samples on devices / hosts chips, its batch
+  axes divided by the hosts, with a whole weight copy."""
+  if devices % hosts or batch_divisor % hosts and hosts > 1:
+    raise ValueError(f"{devices} devices (batch {batch_divisor}) do not split into {hosts} host blocks")
+  if hosts == 1:
+    return Mesh(devices, batch_divisor, tensor)
+  return Mesh(devices // hosts, batch_divisor // hosts, tensor)
+
+
+def sampler_weight_bytes(cfg, mesh: Mesh, itemsize: int = 2) -> float:
+  """Weight bytes each chip of the sampler mesh holds and reads every decode step: the compute-dtype
+  copy (Engine.sampler_params) split over that mesh's chips (per host across processes)."""
+  return param_count(cfg) * itemsize / mesh.devices
+
+
+def kv_entry_bytes(cfg, mesh: Mesh, itemsize: int = 2) -> int:
+  """Bytes of one cache column of one slot on one device (K and V, all layers; KV heads split over
+  tensor where they divide it, as batching.bytes_per_slot)."""
+  kv = cfg.num_key_value_heads
+  kv = kv // mesh.tensor if mesh.tensor > 1 and kv % mesh.tensor == 0 else kv
+  return 2 * cfg.num_hidden_layers * kv * cfg.head_dim * itemsize
+
+
+def decode_step_figures(cfg, mesh: Mesh, slots: int, window: int, *, weight_itemsize: int = 2,
+                        cache_itemsize: int = 2) -> tuple[float, float, float]:
+  """(FLOPs, HBM bytes, link bytes) per device of one decode step of `slots` slots attending over
+  `window` cache columns: matmuls 2 x matmul_params per row and q.k + p.v 4 x heads x head_dim per
+  column and layer, split over the mesh; the weight copy read once plus each local slot's `window`
+  columns; the tensor axis's two all-reduces per layer of the local rows' hidden states (bf16, ring
+  2(t-1)/t)."""
+  flops = (2 * matmul_params(cfg) * slots
+           + 4 * cfg.num_attention_heads * cfg.head_dim * cfg.num_hidden_layers * window * slots) / mesh.devices
+  local = slots / mesh.batch_divisor
+  hbm = sampler_weight_bytes(cfg, mesh, weight_itemsize) + local * window * kv_entry_bytes(cfg, mesh, cache_itemsize)
+  t = mesh.tensor
+  link = 2 * cfg.num_hidden_layers * local * cfg.hidden_size * 2 * 2 * (t - 1) / t if t > 1 else 0.0
+  return flops, hbm, link
+
+
+def forward_flops(cfg, rows: int, length: int, *, causal: bool = True) -> float:
+  """FLOPs of one forward over rows x length tokens: 2 x matmul_params a token, attention q.k and p.v
+  over the causal half (a fused kernel skips the masked blocks) or the whole square."""
+  attention = 4 * cfg.num_attention_heads * cfg.head_dim * cfg.num_hidden_layers * length * length
+  return rows * (2 * matmul_params(cfg) * length + (attention / 2 if causal else attention))
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedCosts:
+  """Per-event costs no FLOP or byte count holds (seconds; each a stated assumption, see `source`)."""
+  collective_latency_s: float  # one small all-reduce over the tensor axis
+  step_launch_s: float         # per decode step: kernel launches the compiled loop cannot hide
+  chunk_sync_s: float          # per decode chunk: dispatch, device->host read of (slots, chunk+1) tokens, host loop
+  call_s: float                # per prefill / insert / compact call: dispatch and its host side
+  source: str = ""
+
+  def decode_step(self, cfg) -> float:
+    """Fixed seconds of one decode step: two tensor all-reduces per layer (not overlapped) + launches."""
+    return 2 * cfg.num_hidden_layers * self.collective_latency_s + self.step_launch_s
+
+
+def run_seconds(run: ContinuousRun, cfg, mesh: Mesh, hw: "Hardware", eff: "Efficiency", fixed: FixedCosts, *,
+                tensor_collectives: bool = True) -> dict:
+  """Seconds of a simulated call by part: decode (the steps at their slot counts and windows),
+  decode_fixed (per-step latencies), sync (per chunk), prefill (compute and per call), plus
+  'filled' (the decode seconds had attention read only each row's filled columns: a paged kernel)."""
+  decode = 0.0
+  for (slots, window), steps in run.shape_steps.items():
+    f, b, link = decode_step_figures(cfg, mesh, slots, window)
+    decode += steps * seconds(f, b, link, hw, eff)
+  # The same steps with attention over the filled columns: cache bytes and attention FLOPs scaled.
+  filled_share = run.filled_entries / run.slot_window_entries if run.slot_window_entries else 1.0
+  filled = 0.0
+  for (slots, window), steps in run.shape_steps.items():
+    f, b, link = decode_step_figures(cfg, mesh, slots, window)
+    w0 = sampler_weight_bytes(cfg, mesh)
+    f0 = 2 * matmul_params(cfg) * slots / mesh.devices
+    filled += steps * seconds(f0 + (f - f0) * filled_share, w0 + (b - w0) * filled_share, link, hw, eff)
+  prefill = sum(seconds(forward_flops(cfg, rows, bucket) / mesh.devices,
+                        sampler_weight_bytes(cfg, mesh), 0.0, hw, eff) for rows, bucket in run.prefills)
+  per_step = fixed.decode_step(cfg) if tensor_collectives and mesh.tensor > 1 else fixed.step_launch_s
+  calls = len(run.prefills) + run.inserts + len(run.compacts)
+  return {"decode": decode, "decode_fixed": run.steps * per_step, "sync": run.chunks * fixed.chunk_sync_s,
+          "prefill": prefill + calls * fixed.call_s, "filled_decode": filled}
+
+
+def rollout_programs(runs: Sequence[tuple[int, ContinuousRun]]) -> dict[str, int]:
+  """Distinct programs the runs compile (jit caches per shape): decode_chunk per (cache length,
+  slots, window), prefill and insert per (cache length, rows, bucket), compact per (from, to);
+  runs: (cache length, run) pairs."""
+  decode, prefill, compact = set(), set(), set()
+  for length, run in runs:
+    decode.update((length, s, w) for s, w in run.shape_steps)
+    prefill.update((length, r, b) for r, b in run.prefills)
+    compact.update((length,) + c for c in run.compacts)
+  return {"decode": len(decode), "prefill": len(prefill), "insert": len(prefill), "compact": len(compact)}
+
+
+def checkpoint_seconds(state_bytes: float, every_steps: int, *, async_save: bool, write_bytes_s: float,
+                       host_copy_bytes_s: float, hosts: int = 1) -> float:
+  """Loop seconds per step that saving costs: a synchronous save writes the whole state (each host its
+  share at write_bytes_s); an async one (Orbax) blocks only for the device->host copy of the host's
+  share, the write going on in the background during the next steps. Every `every_steps` steps."""
+  if every_steps <= 0:
+    return 0.0
+  share = state_bytes / hosts
+  blocked = share / host_copy_bytes_s if async_save else share / write_bytes_s
+  return blocked / every_steps
+
+
+def evaluation_steps(steps: int, every: int, dense_every: int, dense_from: int, at_start: bool) -> list[int]:
+  """The steps after which the loop evaluates (evals/harness.due for steps 0..steps)."""
+  out = []
+  for step in range(steps + 1):
+    if step == 0:
+      ok = at_start and bool(every or dense_every)
+    else:
+      ok = bool(every and step % every == 0) or bool(dense_every and step >= dense_from and step % dense_every == 0)
+    if ok:
+      out.append(step)
+  return out
+
+
+def greedy_lengths(n: int, mean: float, sigma: float, budget: int, runaway: float,
+                   rng: np.random.Generator) -> np.ndarray:
+  """Greedy completion lengths: a log-normal of `mean` capped at `budget`, and a `runaway` fraction of
+  rows that never end (greedy repetition loops) and run to the budget."""
+  lengths = lognormal_lengths(n, mean, sigma, budget, rng)
+  lengths[rng.random(n) < runaway] = budget
+  return lengths

@@ -23,10 +23,19 @@ not counted), one micro-batch per call (g_ref, cosines, train). The decode loop'
 decode step, so the decode function's figures are per step. Figures are per device: XLA reports the
 SPMD-partitioned program (the tiny model's train step on 8 devices costs 1/7.6 of one device's).
 
+  python3 experiments/step_time.py --program             # the program that runs (below): ~30 s, no compile
   python3 experiments/step_time.py                       # both settings, XLA:CPU; compiles what is not cached
   PYTHONPATH=/tmp/libtpu python3 experiments/step_time.py --topology v5p:2x2x2   # the TPU compiler's figures
   python3 experiments/step_time.py --setting coding --no-compile   # tables from the cache only
   python3 experiments/step_time.py --tiny --cache /tmp/st          # the tiny model, seconds (tests)
+`--program` prices the coding step as the loop runs it today, evaluation included, on 8 x H100 (one
+host) and v5p-8 (two hosts of 4 chips, each sampling on its own chips with a whole bf16 weight copy):
+the continuous engine's slot count from its memory budget, its chunks, power-of-two attention windows
+and drain simulated call by call (step_time_model.continuous_run), decode steps priced from analytic
+FLOPs and bytes (step_time_model.decode_step_figures), the fixed costs per decode step, chunk and call,
+the compiled programs, checkpoints, and evaluation as one greedy queue through the same engine at the
+config's cadence; reward and update passes as compute-bound with fused attention (docs/sharding.md,
+"Step time of the program that runs").
 A 7B unit compiles in 0.5-6 minutes on XLA:CPU and 0.5-26 on the TPU compiler (2 busy cores, up to 9
 GB of memory): run one process at a time (libtpu also allows only one).
 """
@@ -42,6 +51,7 @@ import pathlib
 import re
 import sys
 import time
+import types
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SETTINGS = {"coding": ("configs/coding.py", "azr-coding"), "lean": ("configs/lean.py", "sgs-lean")}
@@ -92,6 +102,41 @@ def parse_args(argv=None):
   p.add_argument("--flops-eff", type=float, default=0.4, help="fraction of peak FLOP/s")
   p.add_argument("--hbm-eff", type=float, default=0.65, help="fraction of HBM bandwidth")
   p.add_argument("--link-eff", type=float, default=0.5, help="fraction of inter-chip bandwidth")
+  # The program that runs (--program): analytic figures, the engine's schedule simulated; no compile.
+  g = p.add_argument_group("--program: the coding step as the loop runs it, evaluation included")
+  g.add_argument("--program", action="store_true",
+                 help="print the table of the program that runs (configs/coding.py, 8 x H100 and v5p-8)")
+  g.add_argument("--program-trials", type=int, default=3, help="length draws per call (and per evaluation)")
+  g.add_argument("--proposal-bucket", type=int, default=2048, help="proposer prompts' bucket (AZR: ~2,000 tokens)")
+  g.add_argument("--solver-bucket", type=int, default=768, help="solver prompts' bucket (AZR: 400-750 tokens)")
+  g.add_argument("--h100-mem-fraction", type=float, default=0.75,
+                 help="JAX's GPU pool: XLA_PYTHON_CLIENT_MEM_FRACTION (default 0.75)")
+  g.add_argument("--h100-collective-us", type=float, default=10.0,
+                 help="latency of one small tensor-axis all-reduce over NVLink (assumed)")
+  g.add_argument("--v5p-collective-us", type=float, default=5.0, help="the same over ICI (assumed)")
+  g.add_argument("--h100-launch-ms", type=float, default=0.3,
+                 help="kernel launches per decode step a GPU while-loop body cannot hide (assumed)")
+  g.add_argument("--v5p-launch-ms", type=float, default=0.0, help="the same on TPU (one program per chunk)")
+  g.add_argument("--chunk-sync-ms", type=float, default=2.0,
+                 help="per decode chunk: dispatch, device->host read, the host loop over the slots (assumed)")
+  g.add_argument("--call-ms", type=float, default=1.0, help="per prefill / insert / compact call (assumed)")
+  g.add_argument("--compile-s", type=float, default=30.0, help="compile seconds per rollout program (assumed)")
+  g.add_argument("--compile-train-s", type=float, default=120.0,
+                 help="compile seconds per update / reward program (assumed)")
+  g.add_argument("--write-gb-s", type=float, default=0.4,
+                 help="checkpoint write GB/s (docs/training.md: 1.62 GB in 3.6-4.5 s, 2 CPU cores)")
+  g.add_argument("--host-copy-gb-s", type=float, default=10.0,
+                 help="device->host copy GB/s per host, what an async save blocks on (assumed)")
+  g.add_argument("--host-other-s", type=float, default=10.0,
+                 help="other host seconds per step: tokenizing, packing, gathers, metrics (assumed)")
+  g.add_argument("--eval-code-mean", type=float, default=700.0, help="greedy tokens, code benchmarks (assumed)")
+  g.add_argument("--eval-math-mean", type=float, default=1000.0, help="greedy tokens, math benchmarks (assumed)")
+  g.add_argument("--eval-runaway", type=float, default=0.03,
+                 help="greedy rows that never end and run to their budget (assumed)")
+  g.add_argument("--no-eval-sensitivity", dest="eval_sensitivity", action="store_false",
+                 help="skip the evaluation sensitivity table")
+  g.add_argument("--chars-per-token", type=float, default=3.5, help="prompt chars per token (assumed)")
+  g.add_argument("--math-check-s", type=float, default=0.02, help="CPU seconds per math answer check (assumed)")
   return p.parse_args(argv)
 
 
@@ -446,6 +491,8 @@ def obstacles(plan, units, rows_out, tot, hardware, eff, config, checks, check_m
 
 def main(argv=None):
   args = parse_args(argv)
+  if args.program:
+    return main_program(args)
   settings = args.setting or sorted(SETTINGS)
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
@@ -551,6 +598,385 @@ def main(argv=None):
       print(f"\nDecode step, {units[key].shapes}, per device: {d['flops'] / 1e9:.1f} GFLOP; HBM: weights "
             f"{d['param_bytes'] / 1e9:.2f} GB + KV cache {d['cache_bytes'] / 1e9:.2f} GB read once (XLA counts "
             f"{d['bytes'] / 1e9:.2f} GB); {d['link_bytes'] / 1e9:.3f} GB over the links.")
+
+
+# ---- the program that runs (--program) -------------------------------------------------------------
+
+GIB = 2 ** 30
+# Per benchmark of configs/coding.py's eval.benchmarks: (items, mean prompt chars, longest prompt chars)
+# of harness prompts (evals/prompts.build_prompt, the config's prompt_style), measured 2026-12-04 on
+# /work/shared/data; LCB-Execution's file is not there: its 479 items are priced with CRUXEval-O's prompts.
+EVAL_PROMPTS = {"cruxeval_i": (800, 1142, 1277), "cruxeval_o": (800, 1110, 1240),
+                "livecodebench_execution": (479, 1110, 1240), "math500": (500, 613, 2150),
+                "amc23": (40, 686, 1105), "gsm8k": (1319, 657, 1265), "minerva_math": (272, 838, 1415),
+                "olympiadbench": (675, 730, 4832)}
+EVAL_KINDS = {"cruxeval_i": "cruxeval_i", "cruxeval_o": "cruxeval_o", "livecodebench_execution": "cruxeval_o"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+  key: str
+  label: str
+  hosts: int
+  limit_bytes: float   # the allocator's limit per device (what device_memory_budget reads)
+  limit_source: str
+  fixed: object        # step_time_model.FixedCosts
+
+
+def program_topologies(args):
+  from compassplay_jax import step_time_model as stm
+  return (
+      Topology("h100", "8 x H100 SXM (1 host)", 1, 80 * GIB * args.h100_mem_fraction,
+               f"80 GiB x {args.h100_mem_fraction} (JAX's GPU allocator preallocates XLA_PYTHON_CLIENT_MEM_FRACTION "
+               "of memory, default 0.75; bytes_limit is that pool)",
+               stm.FixedCosts(args.h100_collective_us * 1e-6, args.h100_launch_ms * 1e-3, args.chunk_sync_ms * 1e-3,
+                              args.call_ms * 1e-3)),
+      Topology("v5p", "v5p-8 (2 hosts x 4 chips)", 2, 95.74 * GIB,
+               "95.74 GiB per chip (the memory tables above)",
+               stm.FixedCosts(args.v5p_collective_us * 1e-6, args.v5p_launch_ms * 1e-3, args.chunk_sync_ms * 1e-3,
+                              args.call_ms * 1e-3)))
+
+
+def _host_shares(n: int, hosts: int) -> list[tuple[int, int]]:
+  """distributed.Shares: contiguous blocks of ceil(n / hosts)."""
+  size = -(-n // hosts)
+  return [(min(h * size, n), min((h + 1) * size, n)) for h in range(hosts)]
+
+
+def simulate_call(cfg, topo, mesh, budget, lengths, buckets, samples, max_new, chunk, round_to: int = 0):
+  """One generate call on one host's engine: cache length, slots, and the simulated run. round_to:
+  the cache length as the longest (bucket + budget) rounded up to this many columns instead of the
+  engine's next power of two (a what-if)."""
+  from compassplay_jax import step_time_model as stm
+  need = max(b + m for b, m in zip(buckets, max_new))
+  length = -(-need // round_to) * round_to if round_to else stm.pow2_at_least(need)
+  most = stm.engine_slots(cfg, length, budget, max(buckets), tensor=mesh.tensor, batch_divisor=mesh.batch_divisor)
+  slots = stm.call_slots(most, len(lengths), mesh.batch_divisor)
+  run = stm.continuous_run(lengths, buckets, slots, cache_length=length, chunk=chunk,
+                           batch_divisor=mesh.batch_divisor, samples=samples)
+  return length, slots, run
+
+
+def program_setting(args, config, cfg, topo, hw, eff, plan, rng_seed: int) -> dict:
+  """Seconds per part of one coding step, one evaluation, and the run's amortized costs, on `topo`."""
+  import numpy as np
+  from compassplay_jax import config_base
+  from compassplay_jax import sharding as sh
+  from compassplay_jax import step_time_model as stm
+  from compassplay_jax.evals import harness
+  from compassplay_jax.sampling import batching
+  from compassplay_jax.selfplay.sequences import length_groups
+  devices = 8
+  m = sh.MeshConfig.from_any(config.mesh)
+  tensor = m.tensor
+  batch = devices // tensor
+  mesh = stm.sampler_mesh(devices, batch, tensor, topo.hosts)
+  n_params = stm.param_count(cfg)
+  free = stm.free_device_bytes(topo.limit_bytes, n_params, devices)
+  budget = 0.5 * free if not config.sampling.memory_budget_gb else config.sampling.memory_budget_gb * GIB
+  chunk = config.sampling.chunk_tokens
+  cap = config.sampling.max_new_tokens
+  out = {"mesh": mesh, "free": free, "budget": budget, "calls": [], "eval": []}
+  rng = np.random.default_rng(rng_seed)
+  runs = []  # (cache length, run) for the compile count
+
+  def priced(run):
+    return stm.run_seconds(run, cfg, mesh, hw, eff, topo.fixed)
+
+  # Rollouts: each generate call of the step, each host its contiguous share of the prompts; the
+  # hosts meet when the call's rows are gathered, so a call takes its slowest host's time.
+  parts = {"decode": 0.0, "decode_fixed": 0.0, "sync": 0.0, "prefill": 0.0, "filled_decode": 0.0}
+  for call in plan.generate:
+    bucket = args.proposal_bucket if call.label.startswith("proposals") else args.solver_bucket
+    worst = None
+    for start, end in _host_shares(call.prompts, topo.hosts):
+      rows = (end - start) * call.samples
+      if not rows:
+        continue
+      secs = []
+      for _ in range(args.program_trials):
+        lengths = stm.lognormal_lengths(rows, args.coding_mean_tokens, args.sigma, cap, rng)
+        length, slots, run = simulate_call(cfg, topo, mesh, budget, lengths, [bucket] * rows, call.samples,
+                                           [cap] * rows, chunk)
+        runs.append((length, run))
+        secs.append((priced(run), run, slots, length))
+      mean = {k: float(np.mean([s[0][k] for s in secs])) for k in parts}
+      if worst is None or sum(mean[k] for k in parts if k != "filled_decode") > \
+          sum(worst[0][k] for k in parts if k != "filled_decode"):
+        worst = (mean, secs[0][1], secs[0][2], secs[0][3], rows)
+    mean, run, slots, length, rows = worst
+    for k in parts:
+      parts[k] += mean[k]
+    out["calls"].append({"label": call.label, "rows": rows, "slots": slots, "cache": length, "bucket": bucket,
+                         "steps": run.steps, "chunks": run.chunks, "windows": sorted({w for _, w in run.shape_steps}),
+                         "filled_share": run.filled_entries / max(run.slot_window_entries, 1), **mean})
+  out["rollout"] = parts
+
+  # Verification on the host (as the XLA tables: after decoding, an upper bound).
+  workers = config.sandbox.num_workers or args.host_workers
+  out["verify"] = sum(stm.check_seconds(b, args.sandbox_job_s, args.timeout_fraction, config.sandbox.timeout_s)
+                      for b in plan.checks)
+
+  # Reward and update: compute-bound with fused attention (no score temporaries in HBM; causal half).
+  peak = hw.peak_flops * eff.flops * devices
+  r = config.reward
+  completion = min(r.max_completion_tokens or cap, 1 << int(math.ceil(math.log2(args.coding_mean_tokens))))
+  reward_len = min(config_base.reward_sequence_len(config), args.proposal_bucket + completion)
+  out["reward"] = (plan.g_ref_passes * 4 * stm.forward_flops(cfg, plan.g_ref_rows, reward_len)
+                   + plan.cosine_passes * 4 * stm.forward_flops(cfg, plan.cosine_rows, reward_len)) / peak
+  out["reward_shape"] = f"{plan.g_ref_passes} + {plan.cosine_passes} passes of {plan.g_ref_rows} x {reward_len}"
+  budget_tokens = config.train.micro_batch_tokens
+  proposals = sum(c.prompts for c in plan.generate if c.label.startswith("proposals") and "input" not in c.label)
+  rollouts = plan.generate[-1].rows
+  flops, shapes = [], set()
+  for _ in range(args.program_trials):
+    total = 0.0
+    for chunk_rows in plan.update_chunks:
+      prompts = [args.proposal_bucket] * proposals + [args.solver_bucket] * rollouts
+      prompts = (prompts * (1 + chunk_rows // max(len(prompts), 1)))[:chunk_rows]
+      lengths = [(p, int(c)) for p, c in zip(prompts, stm.lognormal_lengths(chunk_rows, args.coding_mean_tokens,
+                                                                            args.sigma, cap, rng))]
+      for _, rows, (p, c) in length_groups(lengths, budget_tokens, max_len=config_base.train_sequence_len(config)):
+        rows = -(-rows // batch) * batch
+        shapes.add((rows, p + c))
+        total += 4 * stm.forward_flops(cfg, rows, p + c)
+    flops.append(total)
+  adam = 28 * n_params / devices / (hw.hbm_bytes_s * eff.hbm)  # read params, grads, m, v; write params, m, v
+  out["update"] = float(np.mean(flops)) / peak + len(plan.update_chunks) * adam
+  out["update_programs"] = len(shapes)
+
+  # Evaluation: every prompt in one queue of the engine (Engine.greedy_queue), each host its share.
+  names = [n.strip() for n in config.eval.benchmarks.split(",") if n.strip()]
+  items = {n: [types.SimpleNamespace(kind=EVAL_KINDS.get(n, "math"))] * EVAL_PROMPTS[n][0] for n in names}
+  budgets = harness.budgets_for(items, config.eval)
+  prompt_tokens = []
+  for n in names:
+    count, mean_chars, max_chars = EVAL_PROMPTS[n]
+    prompt_tokens += [int(max_chars / args.chars_per_token)] + [int(mean_chars / args.chars_per_token)] * (count - 1)
+  ladder = batching.prompt_buckets(max(prompt_tokens))
+  buckets = [batching.bucket_length(t, ladder) for t in prompt_tokens]
+  kinds = [("math" if EVAL_KINDS.get(n, "math") == "math" else "code") for n in names for _ in range(EVAL_PROMPTS[n][0])]
+  out["eval_prompts"] = len(budgets)
+
+  def evaluation(code_mean, math_mean, runaway, trials, round_to=0):
+    worst = None
+    for start, end in _host_shares(len(budgets), topo.hosts):
+      res = []
+      for _ in range(trials):
+        lengths = np.concatenate([
+            stm.greedy_lengths(1, code_mean if kinds[i] == "code" else math_mean, args.sigma, budgets[i], runaway, rng)
+            for i in range(start, end)])
+        length, slots, run = simulate_call(cfg, topo, mesh, budget, lengths, buckets[start:end], 1,
+                                           budgets[start:end], chunk, round_to)
+        res.append((priced(run), run, slots, length))
+      mean = {k: float(np.mean([s[0][k] for s in res])) for k in res[0][0]}
+      total = sum(v for k, v in mean.items() if k != "filled_decode")
+      if worst is None or total > worst[0]:
+        worst = (total, mean, res[0][1], res[0][2], res[0][3], end - start)
+    return worst
+
+  total, mean, run, slots, length, rows = evaluation(args.eval_code_mean, args.eval_math_mean, args.eval_runaway,
+                                                     args.program_trials)
+  runs.append((length, run))
+  code_items = sum(1 for k in kinds if k == "code")
+  checks = (code_items * args.sandbox_job_s + (len(kinds) - code_items) * args.math_check_s) / workers / topo.hosts
+  out["eval"] = {"rows": rows, "slots": slots, "cache": length, "steps": run.steps, "chunks": run.chunks,
+                 "windows": sorted({w for _, w in run.shape_steps}), "parts": mean, "checks": checks,
+                 "total": total + checks, "filled_share": run.filled_entries / max(run.slot_window_entries, 1)}
+  t, _, _, exact_slots, exact_length, _ = evaluation(args.eval_code_mean, args.eval_math_mean, args.eval_runaway,
+                                                     args.program_trials, round_to=1024)
+  out["eval_exact"] = {"total": t + checks, "slots": exact_slots, "cache": exact_length}
+  if args.eval_sensitivity:
+    out["eval_sensitivity"] = {}
+    for scale in (0.5, 1.0, 2.0):
+      for runaway in (0.0, args.eval_runaway, 0.1):
+        t, *_ = evaluation(args.eval_code_mean * scale, args.eval_math_mean * scale, runaway, 1)
+        out["eval_sensitivity"][(scale, runaway)] = t + checks
+  evals = stm.evaluation_steps(config.steps, config.eval.every_steps, config.eval.get("dense_every_steps", 0),
+                               config.eval.get("dense_from_step", 0), config.eval.get("at_start", False))
+  out["evaluations"] = len(evals)
+
+  # The run's amortized costs: compiles (once per run) and checkpoints (every every_steps).
+  programs = stm.rollout_programs(runs)
+  out["programs"] = programs
+  out["compile"] = (sum(programs.values()) * args.compile_s
+                    + (out["update_programs"] + 2) * args.compile_train_s) / config.steps
+  ck = config.checkpoint
+  out["checkpoint"] = stm.checkpoint_seconds(12 * n_params, ck.every_steps, async_save=bool(ck.async_save),
+                                             write_bytes_s=args.write_gb_s * 1e9,
+                                             host_copy_bytes_s=args.host_copy_gb_s * 1e9, hosts=topo.hosts)
+  out["host_other"] = args.host_other_s
+  step = (sum(v for k, v in parts.items() if k != "filled_decode") + out["verify"] + out["reward"] + out["update"]
+          + out["compile"] + out["checkpoint"] + out["host_other"])
+  out["step"] = step
+  out["eval_per_step"] = out["eval"]["total"] * out["evaluations"] / config.steps
+  out["step_with_eval"] = step + out["eval_per_step"]
+  out["steps"] = config.steps
+  return out
+
+
+def print_program(args, config, cfg, plan, results, topos, eff):
+  """The table of the program that runs (docs/sharding.md, "Step time of the program that runs")."""
+  from compassplay_jax import step_time_model as stm
+  budget = PAPER_BUDGET["coding"]
+  mins = lambda s: f"{s / 60:.2f}"  # noqa: E731
+  secs = lambda s: f"{s:,.1f}"  # noqa: E731
+  n = stm.param_count(cfg)
+  print(f"# Step time of the program that runs: {args.coding_config}, {n / 1e9:.2f}B params\n")
+  print(f"Efficiency: {eff.flops:.0%} of peak FLOP/s, {eff.hbm:.0%} of HBM bandwidth, {eff.link:.0%} of link bandwidth; "
+        "a call takes the slowest of the three, plus the fixed costs below.")
+  print(f"Rollout lengths: log-normal, mean {args.coding_mean_tokens:.0f} tokens, sigma {args.sigma}, capped at "
+        f"{config.sampling.max_new_tokens}; prompt buckets {args.proposal_bucket} (proposals) / {args.solver_bucket} "
+        f"(solve-rate samples, solver rollouts); {args.program_trials} draws (seed {args.seed}).")
+  print(f"Evaluation: {results[topos[0].key]['eval_prompts']:,} greedy prompts in one queue, budgets from eval.budgets "
+        f"('{config.eval.budgets}', else {config.eval.max_new_tokens}); greedy lengths log-normal (sigma {args.sigma}) "
+        f"of mean {args.eval_code_mean:.0f} (code) / {args.eval_math_mean:.0f} (math) tokens, "
+        f"{args.eval_runaway:.0%} of rows running to the budget (assumptions, sensitivity below); prompt tokens = "
+        f"chars / {args.chars_per_token}.\n")
+  cols = [topo.label for topo in topos]
+  print("| part | " + " | ".join(cols) + " |")
+  print("|---|" + "---|" * len(cols))
+
+  def row(name, fn):
+    print(f"| {name} | " + " | ".join(fn(results[t.key], t) for t in topos) + " |")
+
+  row("device limit / free after fp32 params + AdamW / slot budget (GB per chip)",
+      lambda r, t: f"{t.limit_bytes / 1e9:.1f} / {r['free'] / 1e9:.1f} / {r['budget'] / 1e9:.1f}")
+  row("sampler mesh (chips; slots over, KV heads over) and bf16 weights read per chip per decode step",
+      lambda r, t: f"{r['mesh'].devices} ({r['mesh'].batch_divisor}, {r['mesh'].tensor}), "
+                   f"{stm.sampler_weight_bytes(cfg, r['mesh']) / 1e9:.2f} GB")
+  for i, call in enumerate(plan.generate):
+    row(f"rollout: {call.label} ({call.rows} rows; slots, cache, decode steps, chunks per host)",
+        lambda r, t, i=i: f"{r['calls'][i]['slots']} slots, {r['calls'][i]['cache']}, "
+                          f"{r['calls'][i]['steps']:,} steps, {r['calls'][i]['chunks']:,} chunks")
+  row("rollout decode, s (HBM/compute over the windows used)", lambda r, t: secs(r["rollout"]["decode"]))
+  row("rollout decode fixed per step (2 tensor all-reduces x layers + launches), s",
+      lambda r, t: secs(r["rollout"]["decode_fixed"]))
+  row("rollout host syncs (one per chunk), s", lambda r, t: secs(r["rollout"]["sync"]))
+  row("rollout prefill + insert + compact calls, s", lambda r, t: secs(r["rollout"]["prefill"]))
+  row("verify (host: proposals one by one, then the pool; after decoding), s", lambda r, t: secs(r["verify"]))
+  row(f"reward: g_ref + cosines ({results[topos[0].key]['reward_shape']}; fused attention), s",
+      lambda r, t: secs(r["reward"]))
+  row("update: packed passes (fused attention, compute-bound) + AdamW, s", lambda r, t: secs(r["update"]))
+  row(f"checkpoint (every {config.checkpoint.every_steps}; async={bool(config.checkpoint.async_save)}: the "
+      "device->host copy blocks), s per step", lambda r, t: secs(r["checkpoint"]))
+  row("compiles per run / 200 steps (rollout: decode, prefill, insert, compact; update + reward), s per step",
+      lambda r, t: f"{secs(r['compile'])} ({sum(r['programs'].values())} + {r['update_programs'] + 2} programs)")
+  row("other host work (tokenize, pack, gather, metrics; assumed), s", lambda r, t: secs(r["host_other"]))
+  row("**step without evaluation, min**", lambda r, t: f"**{mins(r['step'])}**")
+  row("evaluation, one (per host: prompts, slots, cache, decode steps, chunks)",
+      lambda r, t: f"{r['eval']['rows']:,} prompts, {r['eval']['slots']} slots, {r['eval']['cache']}, "
+                   f"{r['eval']['steps']:,} steps, {r['eval']['chunks']:,} chunks")
+  row("evaluation, one: decode / fixed / syncs / prefill / checks, min",
+      lambda r, t: " / ".join(mins(r["eval"]["parts"][k]) for k in ("decode", "decode_fixed", "sync", "prefill"))
+      + f" / {mins(r['eval']['checks'])}")
+  row("evaluation, one, min", lambda r, t: mins(r["eval"]["total"]))
+  row(f"evaluation per step ({results[topos[0].key]['evaluations']} evaluations / {config.steps} steps), min",
+      lambda r, t: mins(r["eval_per_step"]))
+  row("**step with evaluation, min**", lambda r, t: f"**{mins(r['step_with_eval'])}**")
+  row(f"vs the paper's {budget / 60:.1f} min (without / with evaluation)",
+      lambda r, t: f"{r['step'] / budget:.2f}x / {r['step_with_eval'] / budget:.2f}x")
+
+  print("\nFixed costs and assumptions per topology:\n")
+  for t in topos:
+    f = t.fixed
+    print(f"* {t.label}: device limit {t.limit_source}; tensor all-reduce latency {f.collective_latency_s * 1e6:.0f} us, "
+          f"launch overhead {f.step_launch_s * 1e3:.2f} ms per decode step, host sync {f.chunk_sync_s * 1e3:.1f} ms per "
+          f"chunk, {f.call_s * 1e3:.1f} ms per prefill/insert/compact call.")
+  if any("eval_sensitivity" in results[t.key] for t in topos):
+    print("\nOne evaluation's minutes against the greedy-length assumptions (one draw each; "
+          "columns: mean lengths scaled, rows: fraction running to the budget):\n")
+    for t in topos:
+      sens = results[t.key].get("eval_sensitivity")
+      if not sens:
+        continue
+      scales = sorted({s for s, _ in sens})
+      print(f"| {t.label}: runaway | " + " | ".join(
+          f"means x{s} ({args.eval_code_mean * s:.0f} / {args.eval_math_mean * s:.0f})" for s in scales) + " |")
+      print("|---|" + "---|" * len(scales))
+      for run in sorted({r for _, r in sens}):
+        print(f"| {run:.0%} | " + " | ".join(f"{sens[(s, run)] / 60:.1f}" for s in scales) + " |")
+      print()
+  print("\nWhat stands in the way (minutes per step):\n")
+  for line in program_blockers(results, topos, budget):
+    print(line)
+
+
+def program_blockers(results, topos, budget) -> list[str]:
+  lines = []
+  for t in topos:
+    r = results[t.key]
+    ro = r["rollout"]
+    over = r["step_with_eval"] - budget
+    head = (f"* **{t.label}**: {r['step_with_eval'] / 60:.2f} min with evaluation, {r['step'] / 60:.2f} without; "
+            + (f"over the {budget / 60:.1f} min by {over / 60:.2f} min" if over > 0 else
+               f"under the {budget / 60:.1f} min by {-over / 60:.2f} min"))
+    lines.append(head + (":" if over > 0 else ""))
+    if over <= 0:
+      continue
+    window = ro["decode"] - ro["filled_decode"]
+    parts = [
+        (r["eval_per_step"], f"evaluation: {r['evaluations']} evaluations of {r['eval']['total'] / 60:.1f} min "
+                             "each, spread over the run"),
+        (window, "rollout attention over power-of-two windows sized by the longest live row instead of each "
+                 f"row's filled columns (a paged or ragged kernel; windows read {1 / max(min(c['filled_share'] for c in r['calls']), 1e-9):.1f}x"
+                 " the filled cache in the worst call)"),
+        (ro["filled_decode"], "rollout decode at the filled-cache floor (weights + filled KV per step)"),
+        (ro["decode_fixed"] + ro["sync"] + ro["prefill"], "rollout fixed costs: per-step all-reduce latency and "
+                                                        "launches, per-chunk host syncs, prefill/insert calls"),
+        (r["verify"], "verification on the host (overlaps decoding in the loop: an upper bound)"),
+        (r["update"] + r["reward"], "update and reward passes"),
+        (r["compile"] + r["checkpoint"] + r["host_other"], "compiles, checkpoints, other host work"),
+    ]
+    for secs, text in sorted(parts, key=lambda x: -x[0]):
+      lines.append(f"  - {secs / 60:.2f} min: {text}")
+    ev, per = r["eval"], r["evaluations"] / r["steps"]
+    exact = r["eval_exact"]
+    levers = [
+        ("rollouts and evaluation attend over each row's filled columns (a paged or ragged attention kernel)",
+         window + (ev["parts"]["decode"] - ev["parts"]["filled_decode"]) * per),
+        (f"the evaluation queue's cache at its longest bucket + budget rounded to 1,024 columns ({exact['cache']}) "
+         f"instead of the next power of two ({ev['cache']}): {ev['slots']} -> {exact['slots']} slots",
+         (ev["total"] - exact["total"]) * per),
+        ("verification wholly hidden behind decoding (proposals validated on the pool as their rows finish)",
+         r["verify"]),
+    ]
+    if "one_mesh" in r:
+      levers.append(("one sampler mesh over all 8 chips instead of a bf16 copy per host (weights read per chip "
+                     "halved; across processes the engine has no such mesh today)", r["step_with_eval"] - r["one_mesh"]))
+    left = r["step_with_eval"] - sum(max(x, 0.0) for _, x in levers)
+    lines.append("  Levers, each's minutes per step (each priced alone; they overlap a little, so their sum is approximate):")
+    for text, secs in levers:
+      lines.append(f"  - {text}: -{max(secs, 0.0) / 60:.2f} min")
+    lines.append(f"  - after all of them: {left / 60:.2f} min, "
+                 + (f"still over by {(left - budget) / 60:.2f} min" if left > budget else
+                    f"under by {(budget - left) / 60:.2f} min"))
+  return lines
+
+
+def main_program(args):
+  from compassplay_jax import memory_report as mr
+  from compassplay_jax import step_time_model as stm
+  from compassplay_jax.sweep import load_config
+  spec = args.coding_config
+  config = load_config(spec if pathlib.Path(spec.split(":")[0]).is_absolute() else str(REPO / spec))
+  cfg = mr.PAPER_MODELS[mr.PAPER_WORKLOADS["azr-coding"].model].replace(dtype=config.model.dtype,
+                                                                           param_dtype=config.model.param_dtype)
+  eff = stm.Efficiency(args.flops_eff, args.hbm_eff, args.link_eff)
+  topos = program_topologies(args)
+  results = {}
+  from compassplay_jax.sharding import MeshConfig
+  divisor = 8 // MeshConfig.from_any(config.mesh).tensor  # data x fsdp of the 8-chip mesh
+  plan = stm.coding_step_plan(config, divisor, valid_fraction=args.valid_fraction, host_workers=args.host_workers)
+  for i, t in enumerate(topos):
+    results[t.key] = program_setting(args, config, cfg, t, stm.HARDWARE[t.key], eff, plan, args.seed + i)
+    if t.hosts > 1:  # a what-if: one sampler mesh over every chip (weights split over 8, not 4)
+      quiet = argparse.Namespace(**{**vars(args), "eval_sensitivity": False})
+      one = program_setting(quiet, config, cfg, dataclasses.replace(t, hosts=1), stm.HARDWARE[t.key], eff, plan,
+                            args.seed + i)
+      results[t.key]["one_mesh"] = one["step_with_eval"]
+  print_program(args, config, cfg, plan, results, topos, eff)
+  return results
 
 
 def lean_targets(config, override):

@@ -289,3 +289,134 @@ def test_decode_bytes_are_weights_and_cache_read_once():
   f = {"flops": 1.0, "bytes": 1000.0, "link_bytes": 0.0, "param_bytes": 40.0, "cache_bytes": 10.0}
   assert _script().decode_figures(f)["bytes"] == 50.0 and _script().decode_figures(f)["xla_bytes"] == 1000.0
   assert _script().decode_figures(f, weight_scale=0.5)["bytes"] == 30.0
+
+
+# ---- the program that runs (experiments/step_time.py --program) ------------------------------------
+
+def _qwen7b():
+  from compassplay_jax.models.config import ModelConfig
+  return ModelConfig(model_type="qwen2", vocab_size=152064, hidden_size=3584, intermediate_size=18944,
+                     num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4, attention_bias=True,
+                     dtype="bfloat16")
+
+
+def test_param_count_is_the_published_one():
+  cfg = _qwen7b()
+  assert stm.param_count(cfg) == 7_615_616_512  # Qwen2.5-7B's safetensors total
+  assert stm.matmul_params(cfg) == 7_615_616_512 - 152064 * 3584
+
+
+def test_engine_slots_by_hand():
+  cfg = _qwen7b()
+  # A slot at 16384 columns, bf16, tensor 4 (one KV head and 7 query heads a chip): its cache row,
+  # fp32 scores over the columns and four vocab-sized fp32 buffers.
+  per_slot = 2 * 28 * 16384 * 1 * 128 * 2 + 2 * 7 * 16384 * 4 + 4 * 152064 * 4
+  # The reserve: one 2048-token prefill row (max_prefill_tokens 2048 // 2048), batching.bytes_per_row.
+  reserve = 2 * 28 * 2048 * 4 * 128 * 2 + 2048 * (4 * 3584 + 3 * 18944 + 28 * 2048) * 4 + 4 * 152064 * 4
+  budget = 26.5e9
+  want = int((budget - reserve) // per_slot)
+  assert stm.engine_slots(cfg, 16384, budget, 2048, tensor=4, batch_divisor=2) == 2 * want
+  assert stm.engine_slots(cfg, 16384, budget, 2048, tensor=4, batch_divisor=1) == want
+  # A 512-token bucket reserves a prefill of 4 rows.
+  reserve4 = 4 * (2 * 28 * 512 * 4 * 128 * 2 + 512 * (4 * 3584 + 3 * 18944 + 28 * 512) * 4 + 4 * 152064 * 4)
+  assert stm.engine_slots(cfg, 16384, budget, 512, tensor=4, batch_divisor=1) == int((budget - reserve4) // per_slot)
+  # free memory: the limit less 12 bytes a parameter over the devices
+  assert stm.free_device_bytes(80e9, 8_000_000_000, 8) == 80e9 - 12e9
+  with pytest.raises(ValueError, match="exceed"):
+    stm.free_device_bytes(10e9, 8_000_000_000, 8)
+
+
+def test_call_slots_and_windows():
+  assert stm.call_slots(216, 1536, 2) == 216
+  assert stm.call_slots(216, 128, 2) == 128
+  assert stm.call_slots(189, 96, 1) == 128
+  assert stm.call_slots(100, 3, 8) == 8  # at least the batch divisor
+  assert stm.windows(16384)[:3] == (16384, 8192, 4096) and stm.windows(16384)[-1] == 64
+  assert stm.windows(17408) == (17408, 8704, 4352, 2176, 1088, 544, 272, 136, 68)
+
+
+def test_continuous_run_by_hand():
+  # 2 slots, chunks of 8, prompts in a 100-column bucket, cache 256 (windows 256, 128, 64).
+  run = stm.continuous_run([5, 3, 9], [100] * 3, 2, cache_length=256, chunk=8)
+  # chunk 1: rows 0 (4 steps) and 1 (2 steps), a row waits: ends when row 1 does, after 2 steps;
+  # reach = 101 + 8 -> window 128. chunk 2: rows 0 (2 left) and 2 (8): 8 steps, reach 103 + 8 -> 128.
+  assert run.steps == 10 and run.chunks == 2 and run.shape_steps == {(2, 128): 10}
+  assert run.slot_window_entries == 2 * 2 * 128 + 8 * 2 * 128
+  # filled columns read: chunk 1 rows 0, 1: 101 + 102 each; chunk 2 row 0: 103 + 104, row 2: 101..108
+  assert run.filled_entries == 2 * (101 + 102) + (103 + 104) + sum(range(101, 109))
+  assert run.useful_slot_steps == 4 + 2 + 8
+  # prefills: 2 new prompts (one call of 2 rows), then 1 (one row); one insert per admission
+  assert run.prefills == [(2, 100), (1, 100)] and run.inserts == 2 and not run.compacts
+
+
+def test_continuous_run_steps_are_list_scheduling_and_shrinks():
+  rng = np.random.default_rng(3)
+  lengths = [int(x) for x in stm.lognormal_lengths(300, mean=40.0, sigma=1.0, cap=400, rng=rng)]
+  for slots, chunk in ((8, 1), (8, 8), (32, 4)):
+    run = stm.continuous_run(lengths, [64] * len(lengths), slots, cache_length=512, chunk=chunk, batch_divisor=2,
+                             shrink_floor=1)
+    # chunking and shrinking change slot counts and host reads, never when a row ends
+    assert run.steps == stm.continuous_decode_steps(lengths, slots)
+    assert run.useful_slot_steps == sum(x - 1 for x in lengths)
+    assert sum(run.shape_steps.values()) == run.steps
+    assert run.filled_entries <= run.slot_window_entries
+  # the drain: 8 slots over 2 batch devices shrink to 2 x 2 once at most 4 rows are live, then to 2 x 1
+  run = stm.continuous_run([50, 50, 50, 2, 2, 2, 2, 2], [64] * 8, 8, cache_length=512, chunk=8, batch_divisor=2,
+                           shrink_floor=1)
+  assert (8, 4) in run.compacts and {s for s, _ in run.shape_steps} == {8, 4}
+  # samples: rows 0..3 are one prompt's samples, prefilled once
+  run = stm.continuous_run([5] * 4, [64] * 4, 4, cache_length=128, chunk=8, samples=4)
+  assert run.prefills == [(1, 64)]
+
+
+def test_sampler_mesh_and_decode_figures_by_hand():
+  cfg = _qwen7b()
+  one_host = stm.sampler_mesh(8, 2, 4, hosts=1)
+  per_host = stm.sampler_mesh(8, 2, 4, hosts=2)
+  assert one_host == stm.Mesh(8, 2, 4) and per_host == stm.Mesh(4, 1, 4)
+  # a whole bf16 copy per host: twice the weight bytes per chip
+  assert stm.sampler_weight_bytes(cfg, per_host) == 2 * stm.sampler_weight_bytes(cfg, one_host) \
+      == 7_615_616_512 * 2 / 4
+  assert stm.kv_entry_bytes(cfg, per_host) == 2 * 28 * 1 * 128 * 2
+  flops, hbm, link = stm.decode_step_figures(cfg, per_host, 100, 4096)
+  assert flops == (2 * stm.matmul_params(cfg) * 100 + 4 * 28 * 128 * 28 * 4096 * 100) / 4
+  assert hbm == 7_615_616_512 * 2 / 4 + 100 * 4096 * 14336
+  assert link == 2 * 28 * 100 * 3584 * 2 * 2 * 3 / 4
+  _, hbm8, _ = stm.decode_step_figures(cfg, one_host, 100, 4096)
+  assert hbm8 == 7_615_616_512 * 2 / 8 + 50 * 4096 * 14336  # 50 slots a chip
+  assert stm.forward_flops(cfg, 2, 10, causal=False) == 2 * (2 * stm.matmul_params(cfg) * 10 + 4 * 28 * 128 * 28 * 100)
+
+
+def test_run_seconds_fixed_costs_by_hand():
+  cfg = _qwen7b()
+  run = stm.continuous_run([5, 3, 9], [100] * 3, 2, cache_length=256, chunk=8)
+  fixed = stm.FixedCosts(collective_latency_s=1e-5, step_launch_s=1e-4, chunk_sync_s=2e-3, call_s=1e-3)
+  mesh = stm.sampler_mesh(8, 2, 4, hosts=1)
+  hw, eff = stm.HARDWARE["h100"], stm.Efficiency()
+  out = stm.run_seconds(run, cfg, mesh, hw, eff, fixed)
+  assert out["decode_fixed"] == pytest.approx(10 * (56 * 1e-5 + 1e-4))
+  assert out["sync"] == pytest.approx(2 * 2e-3)
+  f, b, link = stm.decode_step_figures(cfg, mesh, 2, 128)
+  assert out["decode"] == pytest.approx(10 * stm.seconds(f, b, link, hw, eff))
+  assert out["filled_decode"] <= out["decode"]
+  prefill = sum(stm.seconds(stm.forward_flops(cfg, r, L) / 8, stm.sampler_weight_bytes(cfg, mesh), 0, hw, eff)
+                for r, L in run.prefills)
+  assert out["prefill"] == pytest.approx(prefill + (2 + 2) * 1e-3)  # 2 prefills + 2 inserts
+
+
+def test_checkpoint_and_evaluation_counts():
+  # 91.4 GB of fp32 params + AdamW every 10 steps: async blocks on the host copy of each host's half
+  assert stm.checkpoint_seconds(91.4e9, 10, async_save=True, write_bytes_s=0.4e9, host_copy_bytes_s=10e9,
+                                hosts=2) == pytest.approx(91.4e9 / 2 / 10e9 / 10)
+  assert stm.checkpoint_seconds(91.4e9, 10, async_save=False, write_bytes_s=0.4e9, host_copy_bytes_s=10e9) \
+      == pytest.approx(91.4e9 / 0.4e9 / 10)
+  assert stm.checkpoint_seconds(1e9, 0, async_save=True, write_bytes_s=1, host_copy_bytes_s=1) == 0
+  from compassplay_jax.evals import harness
+  config = load_config(str(REPO / "configs/coding.py"))
+  e = config.eval
+  steps = stm.evaluation_steps(config.steps, e.every_steps, e.dense_every_steps, e.dense_from_step, e.at_start)
+  assert steps == [s for s in range(config.steps + 1) if harness.due(s, e)]
+  assert steps == [0, 25, 50, 75, 100, 125] + list(range(150, 201, 5)) and len(steps) == 17
+  rng = np.random.default_rng(0)
+  assert (stm.greedy_lengths(50, 100.0, 1.0, 700, 1.0, rng) == 700).all()
+  assert stm.greedy_lengths(5000, 100.0, 1.0, 10 ** 6, 0.0, rng).max() < 10 ** 6

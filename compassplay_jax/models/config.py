@@ -14,6 +14,7 @@ from compassplay_jax.errors import UserError
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
+ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash")  # attention_kernels.IMPLEMENTATIONS
 
 
 class ConfigError(UserError, ValueError):
@@ -59,6 +60,10 @@ class ModelConfig:
   # cosines) run the blocks as one lax.scan over stacked weights: one block in the program instead of
   # L, so remat bounds activations to one layer under any scheduler. Same results (docs/model.md).
   scan_layers: bool = False
+  # Attention of passes without a KV cache: "auto" (splash on TPU, cuDNN flash attention on a GPU for
+  # bf16/fp16 compute, the plain/chunked XLA path otherwise), or "xla" | "cudnn" | "splash" explicitly.
+  # Cached passes (sampler prefill, decode) always take the XLA path (models/attention_kernels.py).
+  attention_impl: str = "auto"
 
   def __post_init__(self):
     if self.model_type not in SUPPORTED_MODEL_TYPES:
@@ -70,6 +75,8 @@ class ModelConfig:
                         f"num_key_value_heads={self.num_key_value_heads}")
     if self.attention_query_chunk < 0:
       raise ConfigError(f"attention_query_chunk={self.attention_query_chunk} is negative (0 = plain attention)")
+    if self.attention_impl not in ATTENTION_IMPLS:
+      raise ConfigError(f"attention_impl={self.attention_impl!r} is not one of {ATTENTION_IMPLS}")
     if self.head_dim is None:
       object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
 

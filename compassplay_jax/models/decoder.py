@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from compassplay_jax.models import layout, rope
+from compassplay_jax.models import attention_kernels, layout, rope
 from compassplay_jax.models.config import ModelConfig
 from compassplay_jax.models.ops import DEFAULT_OPS, LayerOps
 
@@ -70,7 +70,9 @@ class Attention(nnx.Module):
     self.o_proj = Linear(f"{name}.o_proj", self.num_heads * hd, d, False, cfg, rngs)
 
   def __call__(self, x, cos, sin, allowed, ops, cache: KVCache | None = None, cache_index=None,
-               query_chunk: int = 0):
+               query_chunk: int = 0, attention_impl: str = "xla"):
+    """attention_impl "cudnn" / "splash" (passes without a cache; attention_kernels.py): `allowed` is
+    then the (B, 1, T) key mask, and the fused kernel replaces `attend` / `chunked_attention`."""
     b, t, _ = x.shape
     kv, hd = self.num_kv_heads, self.head_dim
     groups = self.num_heads // kv
@@ -86,7 +88,9 @@ class Attention(nnx.Module):
       if allowed.shape[-1] < k.shape[1]:  # the mask covers only the first slots: attend to those only
         k, v = k[:, :allowed.shape[-1]], v[:, :allowed.shape[-1]]
     q = q.reshape(b, t, kv, groups, hd)
-    if 0 < query_chunk < t:
+    if attention_impl != "xla":
+      out = attention_kernels.fused_attention(attention_impl, q, k, v, allowed[:, 0, :])
+    elif 0 < query_chunk < t:
       out = chunked_attention(q, k, v, allowed, query_chunk)
     else:
       out = attend(q, k, v, allowed)
@@ -150,9 +154,10 @@ class Block(nnx.Module):
     self.post_attention_layernorm = RMSNorm(f"{name}.post_attention_layernorm", cfg.hidden_size, cfg)
     self.mlp = MLP(f"{name}.mlp", cfg, rngs)
 
-  def __call__(self, x, cos, sin, allowed, ops, cache=None, cache_index=None, query_chunk: int = 0):
+  def __call__(self, x, cos, sin, allowed, ops, cache=None, cache_index=None, query_chunk: int = 0,
+               attention_impl: str = "xla"):
     attn, new_cache = self.self_attn(self.input_layernorm(x, ops), cos, sin, allowed, ops, cache, cache_index,
-                                     query_chunk)
+                                     query_chunk, attention_impl)
     x = x + attn
     x = x + self.mlp(self.post_attention_layernorm(x, ops), ops)
     return x, new_cache
@@ -212,8 +217,16 @@ class Decoder(nnx.Module):
     start = jnp.asarray(0 if cache is None else cache_index)
     query_slots = start[..., None] + jnp.arange(t)
     key_slots = jnp.arange(attention_mask.shape[1])
-    causal = key_slots <= query_slots[..., None]
-    allowed = (causal if causal.ndim == 3 else causal[None]) & (attention_mask[:, None, :] > 0)
+    # Passes without a cache may run a fused kernel (ModelConfig.attention_impl; attention_kernels.py),
+    # which takes the key mask (B, 1, S) instead of the (B, T, S) mask.
+    impl = attention_kernels.choose_attention_impl(
+        self.config.attention_impl, backend=jax.default_backend(), dtype=dt, head_dim=self.config.head_dim,
+        q_len=t, kv_len=attention_mask.shape[1], cached=cache is not None)
+    if impl != "xla":
+      allowed = attention_mask[:, None, :] > 0
+    else:
+      causal = key_slots <= query_slots[..., None]
+      allowed = (causal if causal.ndim == 3 else causal[None]) & (attention_mask[:, None, :] > 0)
 
     cos, sin = rope.rope_cos_sin(self.config, positions, dt)
     x = ops.embed("embed_tokens", input_ids, self.embed_tokens[...]).astype(dt)
@@ -227,16 +240,16 @@ class Decoder(nnx.Module):
     # Instrumented ops (the fused cosines) address layers by name: they keep the per-layer loop.
     scanned = self.config.scan_layers and cache is None and type(ops) is LayerOps
     if scanned:
-      x = self._scan_blocks(x, cos, sin, allowed, ops, chunk)
+      x = self._scan_blocks(x, cos, sin, allowed, ops, chunk, impl)
     for i, block in enumerate(() if scanned else self.layers):
       layer_cache = None if cache is None else cache[i]
       # remat only matters when differentiating (no cache); inside the sampler's decode while_loop
       # flax's nnx.remat of a block merged outside the loop raises TraceContextError.
       if self.config.remat and cache is None:
-        x, layer_new = nnx.remat(lambda blk, x_, c_: blk(x_, cos, sin, allowed, ops, c_, cache_index, chunk))(
-            block, x, layer_cache)
+        x, layer_new = nnx.remat(
+            lambda blk, x_, c_: blk(x_, cos, sin, allowed, ops, c_, cache_index, chunk, impl))(block, x, layer_cache)
       else:
-        x, layer_new = block(x, cos, sin, allowed, ops, layer_cache, cache_index, chunk)
+        x, layer_new = block(x, cos, sin, allowed, ops, layer_cache, cache_index, chunk, impl)
       new_cache.append(layer_new)
     if last_only:
       x = x[:, -1:]
@@ -250,7 +263,7 @@ class Decoder(nnx.Module):
     logits = logits.astype(jnp.float32)
     return logits if cache is None else (logits, new_cache)
 
-  def _scan_blocks(self, x, cos, sin, allowed, ops, chunk):
+  def _scan_blocks(self, x, cos, sin, allowed, ops, chunk, impl="xla"):
     """The blocks as one lax.scan over their stacked parameters (ModelConfig.scan_layers).
 
     The per-layer loop unrolls L copies of a block into the program; a scan holds one, so its
@@ -267,7 +280,7 @@ class Decoder(nnx.Module):
                            *[nnx.split(block)[1] for block in self.layers])
 
     def body(h, state):
-      h, _ = nnx.merge(graphdef, state)(h, cos, sin, allowed, ops, None, None, chunk)
+      h, _ = nnx.merge(graphdef, state)(h, cos, sin, allowed, ops, None, None, chunk, impl)
       return h, None
 
     if self.config.remat:

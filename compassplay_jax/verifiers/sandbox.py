@@ -94,11 +94,14 @@ class CallJob:
     and f(*args, **kwargs) is evaluated; kind "value": text is a plain value expression. Each
     is evaluated `repeat` times, on freshly built arguments.
   names: whether the texts may use the program's plain-data globals.
+  second_interpreter: run in the worker's second call-job zygote, a separate interpreter with its
+    own hash seed and address layout (a gold's cross-job determinism check).
   """
   program: Optional[str]
   entries: Tuple[Tuple[str, str, int], ...]
   names: bool = False
   timeout_s: Optional[float] = None
+  second_interpreter: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -449,7 +452,8 @@ class SandboxPool:
     start = time.monotonic()
     if isinstance(job, CallJob):
       message = {"kind": "calls", "program": job.program, "entries": job.entries,
-                 "names": job.names, "timeout_s": timeout}
+                 "names": job.names, "timeout_s": timeout,
+                 "second": bool(job.second_interpreter)}
     else:
       message = {"code": job.code, "expr": job.expr, "stdin": job.stdin, "timeout_s": timeout,
                  "prelude": job.prelude}

@@ -89,7 +89,9 @@ class Runtime:
       self.proxies[name] = proxy
     self.builtins = {name: getattr(builtins, name) for name in rules.ALLOWED_BUILTINS
                      if hasattr(builtins, name)}
-    self.builtins["__build_class__"] = builtins.__build_class__
+    # No address or str hash reaches a value: see sandbox_values.make_hash / make_build_class.
+    self.builtins["__build_class__"] = values.make_build_class(builtins.__build_class__)
+    self.builtins["hash"] = values.make_hash()
     self.builtins["__import__"] = self._importer()
     self.builtins["hasattr"] = _checked_hasattr
     self.builtins[FORMAT_GUARD] = _format_method

@@ -25,6 +25,7 @@ included (sets in the job's iteration order). `python_value` rebuilds real objec
 This file is imported by the sandbox zygote as a plain script: it must not import the package.
 """
 import collections
+import itertools
 import json
 import re
 
@@ -56,6 +57,39 @@ class DecodeError(ValueError):
   """The text is not an encoding this module writes."""
 
 
+# ---------------------------------------------------------------------------------------------
+# Address jitter (in a call job that checks determinism). Every fork of a zygote starts from the
+# zygote's memory layout, and two calls in one job allocate alike, so the low bits of an address (an
+# identity hash, a default repr) would repeat from job to job and call to call. Before the program
+# runs and before each value is encoded (so between the calls of an entry), a random number of
+# objects of each small size class is kept alive: the next objects land elsewhere in their pools.
+
+JITTER_NOISE_BYTES = 4096  # Random bytes per job (256 shifts), drawn before its seccomp filter.
+# pymalloc's classes of 16 to 256 bytes: object(), instances, functions, generators, iterators.
+_SIZE_CLASSES = 16
+_jitter = {"noise": b"", "at": 0, "ballast": []}  # The job process's own (after the fork).
+
+
+def begin_jitter(noise):
+  """Starts a job's jitter with its random bytes, and shifts its layout once."""
+  _jitter.update(noise=noise, at=0, ballast=[])
+  jitter()
+
+
+def jitter():
+  """Shifts where the next small objects land (no-op unless begun, or once the bytes are used)."""
+  at, noise = _jitter["at"], _jitter["noise"]
+  if at + _SIZE_CLASSES > len(noise):
+    return
+  _jitter["at"] = at + _SIZE_CLASSES
+  counts = [n % 16 for n in noise[at:at + _SIZE_CLASSES]]
+  ballast = list(map(object.__new__, itertools.repeat(object, counts[0])))  # 16 bytes
+  ballast += map(float, range(counts[1]))  # 24 bytes: the 32-byte class
+  for size_class in range(2, _SIZE_CLASSES):  # bytes of length n: 33 + n bytes
+    ballast += map(bytes, itertools.repeat(16 * size_class - 17, counts[size_class]))
+  _jitter["ballast"].append(ballast)
+
+
 def make_encoder(max_depth=MAX_DEPTH):
   """encode(value, max_chars) -> str, with every function it calls bound now (before any program)."""
   type_, id_, len_, tuple_, str_, int_, float_, complex_, bytes_, range_, list_, dict_, set_ = (
@@ -76,8 +110,10 @@ def make_encoder(max_depth=MAX_DEPTH):
   sequences = ((list_, "L"), (tuple_, "U"), (set_, "S"), (frozenset_, "Z"), (deque, "Q"))
   mappings = ((dict_, "D"), (counter, "C"), (odict, "O"), (defaultdict, "Y"))
   leave = object()
+  jitter_ = jitter
 
   def encode(value, max_chars):
+    jitter_()  # The entry's next call runs elsewhere in memory (runs no program code).
     out, size = [], 0
     path = set_()
     todo = [(value, 0)]
@@ -359,3 +395,65 @@ def python_repr(value):
       return "OrderedDict([" + ", ".join(f"({k}, {v})" for k, v in pairs) + "])"
     return "OrderedDict(" + body + ")"
   return fold(value, repr, container)
+
+
+# ---------------------------------------------------------------------------------------------
+# Identity: what a restricted program cannot observe (the runtime installs these as builtins).
+# An address or a str hash differs from process to process, so a value computed from one is not
+# a property of the program and its input (docs/coding_tasks.md, "Determinism across jobs").
+
+# Types whose hash is a function of the value alone (not of an address or of the hash seed).
+_VALUE_HASHED = (int, bool, float, complex, range)
+
+
+def make_hash():
+  """hash() for restricted programs: numbers, ranges and tuples/frozensets of them only. Other
+  hashes are an address (objects, classes, functions, None in 3.11) or depend on the process's
+  hash seed (str, bytes); those raise TypeError."""
+  type_, hash_, tuple_, frozenset_, type_error = type, hash, tuple, frozenset, TypeError
+  value_hashed = _VALUE_HASHED
+  type_name = type.__dict__["__name__"].__get__
+
+  def restricted_hash(value):
+    todo = [value]
+    while todo:
+      item = todo.pop()
+      kind = type_(item)
+      if kind is tuple_ or kind is frozenset_:
+        todo.extend(item)  # Exact types: iterating them runs no program code.
+        continue
+      for allowed in value_hashed:
+        if kind is allowed:
+          break
+      else:
+        raise type_error(f"hash() of a {type_name(kind)!r} value differs between processes")
+    return hash_(value)
+  return restricted_hash
+
+
+def make_build_class(build_class):
+  """__build_class__ for restricted programs: a class that would print or hash its instances by
+  address (object's __repr__ and __hash__) gets a __repr__ that raises and no hash, so its
+  instances can be neither shown (repr, str, format, f-strings) nor put in a set or dict."""
+  type_, isinstance_, object_, type_error = type, isinstance, object, TypeError
+  mro_of = type.__dict__["__mro__"].__get__
+  dict_of = type.__dict__["__dict__"].__get__
+  set_attr = type.__setattr__  # Not the metaclass's: a program's metaclass cannot intercept it.
+  type_name = type.__dict__["__name__"].__get__
+
+  def address_repr(self):
+    raise type_error(f"the default repr of a {type_name(type_(self))} object shows its address")
+
+  def restricted_build_class(*args, **kwargs):
+    cls = build_class(*args, **kwargs)
+    if isinstance_(cls, type_):
+      for slot, replacement in (("__repr__", address_repr), ("__hash__", None)):
+        owner = None
+        for klass in mro_of(cls):
+          if slot in dict_of(klass):
+            owner = klass
+            break
+        if owner is object_:
+          set_attr(cls, slot, replacement)
+    return cls
+  return restricted_build_class

@@ -7,7 +7,9 @@ never unpickles anything.
 
 Per worker, once: private network and mount namespaces (`sandbox_isolation.py`). Then one
 zygote per job kind (`sandbox_zygote.py`, a fresh small interpreter spawned on first use):
-"calls" for restricted call jobs (`sandbox_runtime.py`), "generic" for plain jobs. Per job the
+"calls" for restricted call jobs (`sandbox_runtime.py`), "generic" for plain jobs, and "calls2",
+a second call-job interpreter with a random hash seed for a gold's second run
+(`CallJob.second_interpreter`, docs/coding_tasks.md "Determinism across jobs"). Per job the
 worker puts the job (with a fresh 16-byte key) in a memfd, hands it with fresh pipes to the
 zygote, which forks the job process as PID 1 of a fresh PID namespace, and reads the pipes with
 caps and a deadline. The job's result frame must carry the key's tag and the exact shape the
@@ -86,11 +88,11 @@ def _memfd_with(data: bytes, name="cp_job"):
 class _ZygoteHandle:
   """A spawned zygote of one profile and the socket that feeds it."""
 
-  def __init__(self, profile):
-    """Spawns it and waits until its modules are loaded (before the checkout is hidden)."""
+  def __init__(self, profile, hash_seed=0):
+    """Spawns it (before the checkout is hidden); `loaded` waits for its modules."""
     self.profile = profile
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": str(hash_seed)}
     self.proc = subprocess.Popen(
         [sys.executable, "-S", "-s", "-B", _ZYGOTE_SCRIPT, profile, str(theirs.fileno()),
          str(os.getpid())],
@@ -98,7 +100,10 @@ class _ZygoteHandle:
         pass_fds=[theirs.fileno()], env=env, cwd="/", close_fds=True)
     theirs.close()
     self.sock = ours
+
+  def loaded(self):
     self._expect(b"loaded")
+    return self
 
   def configure(self, flags):
     """Sends the layer flags and the worker's PID namespace; waits until it serves."""
@@ -160,8 +165,14 @@ class Worker:
 
   def _spawn_zygotes(self):
     """In the worker's namespaces, before the checkout is hidden (the zygote's files live there)."""
-    for profile in ("calls", "generic"):
-      self.zygotes[profile] = _ZygoteHandle(profile)
+    # "calls2", for call jobs with `second_interpreter` (a gold's second run): its own exec (address
+    # layout) and a random nonzero hash seed, where identity and str hashes differ from "calls".
+    seed = 1 + int.from_bytes(os.urandom(4), "big") % ((1 << 32) - 1)
+    for name, profile, hash_seed in (("calls", "calls", 0), ("generic", "generic", 0),
+                                     ("calls2", "calls", seed)):
+      self.zygotes[name] = _ZygoteHandle(profile, hash_seed)  # All load at once.
+    for handle in self.zygotes.values():
+      handle.loaded()
 
   def zygote(self, profile):
     handle = self.zygotes[profile]
@@ -180,7 +191,8 @@ class Worker:
   def run(self, job):
     limits = dict(self.limits, **(job.get("limits") or {}))
     kind = job.get("kind") or "generic"
-    zygote = self.zygote("calls" if kind == "calls" else "generic")
+    zygote = self.zygote(("calls2" if job.get("second") else "calls") if kind == "calls"
+                         else "generic")
     timeout = float(job.get("timeout_s") or limits["timeout_s"])
     start = time.monotonic()
     job_dir = None

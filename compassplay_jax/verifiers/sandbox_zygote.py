@@ -33,6 +33,7 @@ sys.path[:] = [p for p in sys.path if p != os.path.dirname(os.path.abspath(__fil
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))
 import sandbox_isolation as iso  # pylint: disable=g-import-not-at-top
 import sandbox_seccomp  # pylint: disable=g-import-not-at-top
+import sandbox_values  # pylint: disable=g-import-not-at-top
 from _blake2 import blake2b  # pylint: disable=g-import-not-at-top
 
 # Preloaded by the generic zygote so programs importing them need no file access after the uid drop.
@@ -179,6 +180,10 @@ def _job_process(request, fds, flags, profile, runtime, prelude_code):
     sys.addaudithook(_socket_guard)
   # sys.stdin/stdout/stderr were opened on descriptors 0-2 by the zygote: they now write to the
   # job's pipes (nothing was buffered at fork).
+  # A determinism check (an entry called more than once: a gold) runs at a random shift of the
+  # zygote's address layout (sandbox_values.jitter); drawn before the filter (getrandom).
+  if profile == "calls" and any(entry[2] > 1 for entry in payload["entries"]):
+    sandbox_values.begin_jitter(os.urandom(sandbox_values.JITTER_NOISE_BYTES))
   if flags["seccomp"]:
     try:
       sandbox_seccomp.install(profile)

@@ -4,6 +4,7 @@ Every program runs under the sandbox's restricted runtime (`verifiers/sandbox_ru
 value comes back as plain data (`verifiers/sandbox_values.py`); `values.py` turns it into gold and
 canonical texts in the trainer. A check's gold value and an answer never share a job.
 """
+import dataclasses
 from typing import Sequence
 
 from compassplay_jax.verifiers import sandbox
@@ -25,6 +26,12 @@ def gold_outputs_job(program: str, inputs: Sequence[str],
   """f(x) twice for each input x (induction validation)."""
   return sandbox.CallJob(program=program, entries=tuple(("call", a, GOLD_CALLS) for a in inputs),
                          names=True, timeout_s=timeout_s)
+
+
+def second_gold_job(job: sandbox.CallJob) -> sandbox.CallJob:
+  """The same gold job in the worker's second interpreter (its own hash seed and address layout):
+  a gold counts only if these calls return the same values too."""
+  return dataclasses.replace(job, second_interpreter=True)
 
 
 def values_job(value_texts: Sequence[str], timeout_s=CHECK_TIMEOUT_S) -> sandbox.CallJob:

@@ -3,9 +3,12 @@
 `validate_proposal` returns (valid, reason, task). A valid task has a program
 defining exactly one function (renamed to `f`), no banned or dynamic imports,
 no `input(` call, an input that is a plain value expression, and runs
-deterministically (two calls on fresh arguments agree by != and by repr). The
-gold output is repr(f(input)).strip(), truncated to 200 + '...' + 200 chars
-beyond 400 as in AZR. Programs also pass `static_rules` (allow-listed modules
+deterministically: two calls on fresh arguments agree by != and by repr (AZR's
+check, one process), and so do two calls in a job of the worker's second
+interpreter (another hash seed and address layout), equal by ==, so no gold
+depends on an address or a hash seed. The gold output is
+repr(f(input)).strip(), truncated to 200 + '...' + 200 chars beyond 400 as in
+AZR. Programs also pass `static_rules` (allow-listed modules
 and builtins, no way to reach the interpreter's internals).
 
 The sandbox returns what f returned as plain data (never text the program could
@@ -163,6 +166,18 @@ def _failure(result) -> str:
   return f"{result.status}: {result.error_type}: {(result.error_message or '')[:200]}"
 
 
+def _run_reason(result, other, num_entries) -> Optional[str]:
+  """Why a gold job and its second-interpreter job gave no outcomes to compare (None: they did)."""
+  for run in (result, other):
+    if not run.ok or run.outcomes is None:
+      if run is result:
+        return _failure(run)
+      return f"error: NonDeterministic: in another process the job ended {run.status}"
+    if len(run.outcomes) != num_entries:
+      return "sandbox returned malformed outputs"
+  return None
+
+
 def _text_reason(*texts) -> Optional[str]:
   """A recorded text that is not valid UTF-8 (a lone surrogate would break the tokenizer)."""
   if not all(values.is_text(t) for t in texts):
@@ -194,12 +209,15 @@ def validate_io_batch(pool, items, **static_kwargs):
       outcomes[i] = _invalid(reason)
     else:
       pending.append((i, task_type, program, args))
-  results = pool.run_batch([jobs.gold_output_job(p, a) for _, _, p, a in pending])
-  for (i, task_type, program, args), result in zip(pending, results):
-    if not result.ok or result.outcomes is None:
-      outcomes[i] = _invalid(_failure(result))
+  firsts = [jobs.gold_output_job(p, a) for _, _, p, a in pending]
+  results = pool.run_batch(firsts + [jobs.second_gold_job(job) for job in firsts])
+  for (i, task_type, program, args), result, other in zip(pending, results,
+                                                          results[len(firsts):]):
+    reason = _run_reason(result, other, 1)
+    if reason is not None:
+      outcomes[i] = _invalid(reason)
       continue
-    gold, reason = values.gold_output(*result.outcomes[0])
+    gold, reason = values.gold_output(*result.outcomes[0], *other.outcomes[0])
     if gold is None:
       outcomes[i] = _invalid(reason)
       continue
@@ -248,14 +266,14 @@ def _validate_proposal(pool, task_type, response, source_program, num_inputs, st
   reason = _text_reason(message, *inputs)
   if reason:
     return _invalid(reason)
-  result = pool.run(jobs.gold_outputs_job(source_program, inputs))
-  if not result.ok or result.outcomes is None:
-    return _invalid(_failure(result))
-  if len(result.outcomes) != len(inputs):
-    return _invalid("sandbox returned malformed outputs")
+  job = jobs.gold_outputs_job(source_program, inputs)
+  result, other = pool.run_batch([job, jobs.second_gold_job(job)])
+  reason = _run_reason(result, other, len(inputs))
+  if reason is not None:
+    return _invalid(reason)
   outputs = []
-  for first, second in result.outcomes:
-    gold, reason = values.gold_output(first, second)
+  for calls, again in zip(result.outcomes, other.outcomes):
+    gold, reason = values.gold_output(*calls, *again)
     if gold is None:
       return _invalid(reason)
     outputs.append(gold)

@@ -3,13 +3,16 @@
 The sandbox returns what `f` returned as decoded plain data (`verifiers/sandbox_values.py`), never
 text the program wrote. Everything that decides a verdict happens here, on that data:
 
-- `gold_output(first, second)`: AZR's determinism check (two calls must agree by `!=` and by
-  `repr`), then the gold text `repr(value).strip()`, truncated to 200 + '...' + 200 chars beyond
+- `gold_output(first, second, *others)`: AZR's determinism check (two calls must agree by `!=`
+  and by `repr`), the cross-job check (`others`, the same calls in another interpreter with another
+  hash seed and address layout, must be equal by `==`; no default repr's address in the value),
+  then the gold text `repr(value).strip()`, truncated to 200 + '...' + 200 chars beyond
   400, and refused unless it is valid text (no lone surrogate can reach a prompt);
 - `canonical(value)`: text that is equal for two values exactly when Python's `==` is for builtin
   data (1 == 1.0 == True, dict and set order ignored, list != tuple; NaN equals nothing).
 """
 import math
+import re
 from typing import Optional, Tuple
 
 from compassplay_jax.verifiers import sandbox
@@ -41,8 +44,10 @@ def failure_reason(outcome) -> str:
   return f"error: {outcome.error_type}: {outcome.message[:200]}"
 
 
-def gold_output(first, second) -> Tuple[Optional[str], str]:
-  """(gold text, "ok") for two outcomes of f on the same input, or (None, reason)."""
+def gold_output(first, second, *others) -> Tuple[Optional[str], str]:
+  """(gold text, "ok") for two outcomes of f on the same input in one job and `others`, its
+  outcomes in a job of the second interpreter (another hash seed and address layout); or
+  (None, reason). No others: AZR's check alone."""
   for outcome in (first, second):
     if isinstance(outcome, sandbox.Failure):
       return None, failure_reason(outcome)
@@ -54,10 +59,33 @@ def gold_output(first, second) -> Tuple[Optional[str], str]:
       return None, "error: NonDeterministic: two calls with the same input returned different values"
   except (ValueError, TypeError, RecursionError, MemoryError) as e:
     return None, f"error: {type(e).__name__}: the value cannot be printed"
+  reason = None
+  for other in others:
+    reason = reason or cross_job_reason(first, other)
+  if reason is None and ADDRESS_RE.search(first_repr):
+    reason = "error: NonDeterministic: the value shows an object's address"
+  if reason is not None:
+    return None, reason
   text = truncate(first_repr.strip())
   if not is_text(text):
     return None, "error: BadText: the gold output is not valid text"
   return text, "ok"
+
+
+# A default repr (`<generator object ... at 0x7f...>`): its text differs from process to process.
+ADDRESS_RE = re.compile(r" at 0x[0-9a-fA-F]+>")
+
+
+def cross_job_reason(first, other) -> Optional[str]:
+  """Why the value of the first job and of the second interpreter's job differ (None: equal by
+  ==, the verdicts' equality; the order of a set of str follows the hash seed and may differ)."""
+  if isinstance(other, sandbox.Failure):
+    return ("error: NonDeterministic: in another process the call failed "
+            f"({other.error_type[:80]})")
+  if canonical(first) != canonical(other):
+    return ("error: NonDeterministic: in another process (hash seed, address layout) the call "
+            "returned a different value")
+  return None
 
 
 class _Incomparable(Exception):

@@ -164,6 +164,9 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   # The blocks of the train step and g_ref as one lax.scan (ModelConfig.scan_layers): with remat,
   # activations of one layer at a time under any compiler (docs/sharding.md, "Per-function report").
   config.model.scan_layers = dataclass_fields(ModelConfig, ("scan_layers",))["scan_layers"]
+  # Attention of full-sequence passes (train, g_ref, cosines; ModelConfig.attention_impl, docs/model.md):
+  # "auto" = splash on TPU, cuDNN flash attention on GPU, XLA on CPU | "xla" | "cudnn" | "splash".
+  config.model.attention_impl = dataclass_fields(ModelConfig, ("attention_impl",))["attention_impl"]
   # The random model of path="tiny" (uses the embedded tokenizer's vocabulary).
   config.model.tiny_hidden_size = 64
   config.model.tiny_layers = 2

@@ -470,10 +470,18 @@ class Engine:
       raise ValueError(f"greedy_queue: {len(budgets)} budgets for {len(prompts)} prompts")
     ids = encode_prompts(tokenizer, list(prompts))
     shares = distributed.Shares.of(len(ids))
-    requests = [Request(p, max_new_tokens=int(b)) for p, b in zip(shares.take(ids), shares.take(list(budgets)))]
+    # Hosts take contiguous blocks of the queue: deal the prompts round-robin first (a benchmark's prompts
+    # sit together, and its budgets and lengths with them), so each host gets a like mix of them.
+    order = dealt_order(len(ids), shares.count)
+    requests = [Request(ids[i], max_new_tokens=int(budgets[i])) for i in shares.take(order)]
     cfg = SamplingConfig(temperature=0.0, n_samples=1, max_new_tokens=max(int(b) for b in budgets),
                          bucket_lengths=prompt_buckets(max(len(p) for p in ids)))
-    return list(self.generate_shared(params, tokenizer, sampling, requests, cfg, 0, shares, on_finish=on_finish).texts)
+    finish = None if on_finish is None else (lambda row, *rest: on_finish(order[row], *rest))
+    texts = self.generate_shared(params, tokenizer, sampling, requests, cfg, 0, shares, on_finish=finish).texts
+    out = [""] * len(ids)
+    for row, i in enumerate(order):
+      out[i] = texts[row]
+    return out
 
   def evaluation_queue(self, params, tokenizer, sampling, eval_config):
     """The harness's generate_queue (evals/harness.evaluate): (prompts, budgets) -> greedy completions,
@@ -521,6 +529,19 @@ class Engine:
         if on_batch is not None:
           on_batch(len(batch))
     return out
+
+
+def dealt_order(n: int, count: int) -> list[int]:
+  """0..n-1 reordered so that each of `count` contiguous shares (distributed.Shares: process p holds
+  positions [p * size, (p + 1) * size)) gets items dealt in turn from the whole range, in proportion
+  to its size."""
+  size = -(-n // count) if n else 0
+  room = [max(0, min(size, n - p * size)) for p in range(count)]
+  hands: list[list[int]] = [[] for _ in range(count)]
+  for i in range(n):  # to the share least filled for its size: a short last share is spread out too
+    p = min((q for q in range(count) if len(hands[q]) < room[q]), key=lambda q: (len(hands[q]) / room[q], q))
+    hands[p].append(i)
+  return [i for hand in hands for i in hand]
 
 
 def gather_generation(local, shares, n_samples: int):

@@ -48,7 +48,8 @@ def build_model(config, mesh=None):
                       intermediate_size=2 * m.tiny_hidden_size, num_hidden_layers=m.tiny_layers,
                       num_attention_heads=m.tiny_heads, num_key_value_heads=m.tiny_kv_heads, tie_word_embeddings=True,
                       dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat,
-                      attention_query_chunk=m.attention_query_chunk, scan_layers=m.scan_layers)
+                      attention_query_chunk=m.attention_query_chunk, scan_layers=m.scan_layers,
+                      attention_impl=m.attention_impl)
     return init_decoder(cfg, seed=config.seed), tokenizer
   model, tokenizer = load_model(m.path, dtype=m.dtype, param_dtype=m.param_dtype)
   _apply_model_knobs(model, m)
@@ -57,8 +58,9 @@ def build_model(config, mesh=None):
 
 def _apply_model_knobs(model, m) -> None:
   """config.model's compute knobs that a checkpoint's config.json does not carry (remat, the
-  attention query chunk, scanned layers); the decoder reads them from its config at call time."""
-  changes = {}
+  attention query chunk, scanned layers, the attention kernel); the decoder reads them from its config
+  at call time."""
+  changes = {"attention_impl": m.attention_impl} if m.get("attention_impl", "auto") != "auto" else {}
   if m.remat:
     changes["remat"] = True
   if m.attention_query_chunk:

@@ -60,3 +60,22 @@ def test_budgets_due_and_config_errors():
   assert len([s for s in steps if s >= 150]) == 11
   assert [s for s in range(21) if harness.due(s, {"every_steps": 5, "at_start": False})] == [5, 10, 15, 20]
   assert not any(harness.due(s, {"every_steps": 0}) for s in range(10))
+
+
+def test_hosts_get_a_like_mix_of_the_evaluation_queue():
+  """engine.dealt_order: hosts take contiguous shares of the queue (distributed.Shares), so the prompts
+  are dealt first; the paper's queue puts 2,806 math prompts (16,000-token budgets) after 2,079 code
+  ones, and without dealing one v5p host would get all 2,442 remaining math prompts."""
+  from compassplay_jax.distributed import Shares
+  from compassplay_jax.engine import dealt_order
+  n, code = 4885, 2079
+  for hosts in (2, 4):
+    order = dealt_order(n, hosts)
+    assert sorted(order) == list(range(n))
+    shares = [Shares(n, hosts, p).take(order) for p in range(hosts)]
+    math_per_host = [sum(i >= code for i in share) for share in shares]
+    # Each host's share of the math prompts is its share of the queue (within one prompt).
+    assert all(abs(m - (n - code) * len(share) / n) <= 1 for m, share in zip(math_per_host, shares)), math_per_host
+    undealt = [sum(i >= code for i in Shares(n, hosts, p).take(list(range(n)))) for p in range(hosts)]
+    assert max(undealt) - min(undealt) > 1000  # what the contiguous split alone gives
+  assert dealt_order(5, 1) == [0, 1, 2, 3, 4] and dealt_order(0, 3) == []

@@ -1,12 +1,17 @@
-"""Fuzz (issue 23): 10,000 generated attack programs; zero wrong verdicts, zero trainer exceptions.
+"""Fuzz (issues 23 and 46): 10,000 generated attack programs; zero wrong verdicts, zero trainer exceptions.
 
 Every program computes a known f (a * K + C) and carries one attack payload from the four classes
-of issue 23 (channel writes, attribute chains, introspection, metadata marking), at module level
-or inside f. The oracle is the arithmetic.
+of issue 23 (channel writes, attribute chains, introspection, metadata marking) or issue 46's
+attribute and item access by names held in text ("text": str.format / format_map fields, names
+built at run time, hasattr, copy hooks), at module level or inside f. The oracle is the arithmetic,
+and for the text class also the payload's own expected verdict (a read that must raise makes the
+task invalid). Issue 46's "identity" class is whole programs whose value depends on an address or
+the hash seed yet is stable inside one process (AZR's run-twice check accepts them): the oracle is
+that validation refuses every one.
 
 - All 10,000 go through the trainer's layers: proposal parsing, `validation.static_check` and the
   static rules. None raises; every payload written with literal banned syntax is refused there.
-- A stratified sample of 240 (60 per class) goes through the real sandbox on every path:
+- A stratified sample (60 per issue-23 class, 30 per issue-46 class) goes through the real sandbox:
   validation (valid => the gold is repr(f(x))), deduction (the true output is correct iff the task
   is valid, a wrong one never), abduction (a wrong input is never correct, even though the attack
   program computes f in that job) and induction (the attack program as a solver whose f is wrong
@@ -128,8 +133,76 @@ def _chain_payloads():
   return found
 
 
+# ---- issue 46: names held in text (the format-string class) --------------------------------------
+# (expression building the name, the name); the literal dunder text is refused statically.
+_TEXT_NAMES = [("'_' + '_' + 'traceback' + '__'", "__traceback__"),
+               ("''.join(['_', '_', 'class', '_', '_'])", "__class__"),
+               ("chr(95) * 2 + 'globals' + chr(95) * 2", "__globals__"), ("'gi' + '_frame'", "gi_frame"),
+               ("'%s%s' % ('tb_', 'frame')", "tb_frame"), ("'f_' + 'back'", "f_back"),
+               ("'__class__'", "__class__"), ("'_' * 2 + 'code' + '_' * 2", "__code__"), ("'mr' + 'o'", "mro")]
+_TEXT_OBJECTS = ["try:\n    1 / 0\nexcept ZeroDivisionError as err:\n    obj = err", "obj = (x for x in [1])",
+                 "obj = print", "obj = 1", "obj = [1]"]
+# (reader, expected verdict when not refused statically): "invalid" = the read must raise in the job.
+_TEXT_READERS = [
+    ("leak = ('{{0.' + {N} + '}}').format(obj)", "invalid"),
+    ("leak = ('{{o.' + {N} + '.x}}').format_map({{'o': obj}})", "invalid"),
+    ("leak = str.format('{{0.' + {N} + '}}', obj)", "invalid"),
+    ("leak = type('').format('{{0.' + {N} + '}}', obj)", "invalid"),
+    ("leak = list(map(str.format, ['{{0.' + {N} + '}}'], [obj]))[0]", "invalid"),
+    ("fmt = ('{{0.' + {N} + '}}').format\nleak = fmt(obj)", "invalid"),
+    ("leak = ('{{0[' + {N} + ']}}').format({{{N}: obj}})", "invalid if _"),  # items: '_' keys only
+    ("try:\n    leak = ('{{0:{{1.' + {N} + '}}}}').format(0, obj)\nexcept ValueError as e:\n"
+     "    leak = str(e)\nassert 'not allowed' in leak", "valid"),
+    ("leak = hasattr(obj, {N})\nassert leak is False", "valid"),
+    ("leak = ('%(' + {N} + ')s') % {{{N}: 1}}", "valid"),
+    ("try:\n    leak = format(obj, '{{0.' + {N} + '}}')\nexcept (TypeError, ValueError):\n    leak = None", "valid"),
+    ("import copy\nD = '_' * 2\nS = type('S', (str,), {{D + 'slotnames' + D: ['format'], "
+     "D + 'setstate' + D: lambda s, st: None}})\nleak = copy.copy(S('{{0.' + {N} + '}}'))", "invalid"),
+    ("import copy\nD = '_' * 2\nC = type('C', (), {{D + 'reduce_ex' + D: lambda s, p: "
+     "(list, (), (None, {{{N}: obj}}))}})\nleak = copy.deepcopy(C())", "invalid"),
+]
+
+
+def _text_payload(rng):
+  """("text", payload, refused statically, must fail at run time)."""
+  expr, name = rng.choice(_TEXT_NAMES)
+  reader, expect = rng.choice(_TEXT_READERS)
+  static = expr.startswith("'__")
+  if expect == "invalid if _":
+    expect = "invalid" if name.startswith("_") else "valid"
+  return "text", rng.choice(_TEXT_OBJECTS) + "\n" + reader.format(N=expr), static, static or expect == "invalid"
+
+
+# ---- issue 46: values that depend on identity or the hash seed (whole programs) ------------------
+_LETTERS = "'abcdefghijkl'"  # 12 distinct str: their set order follows the hash seed
+# (module-level setup, expression): refused outright (the restricted hash, program classes without an
+# address repr or identity hash) or carrying >= 20 address / seed bits (the second interpreter differs).
+_IDENTITY_SOURCES = [
+    ("", "hash(object()) % {m}"), ("class C:\n    pass\nK = C()\n", "hash(K) % {m}"),
+    ("class C:\n    pass\n", "hash(C) % {m}"), ("", "hash(f) % {m}"), ("", "hash(len) % {m}"),
+    ("", "hash(None) % {m}"), ("", "hash(str(a)) % {m}"), ("", "hash((1, object())) % {m}"),
+    ("class C:\n    pass\nK = C()\n", "repr(K){s}"), ("class C:\n    pass\nK = C()\n", "f'{{K}}'{s}"),
+    ("class C:\n    pass\nK = C()\n", "format(K){s}"), ("class C:\n    pass\nK = C()\n", "('%s' % (K,)){s}"),
+    ("", "str(object()){s}"), ("O = object()\n", "str(O){s}"), ("", "str(f){s}"), ("G = lambda: 0\n", "repr(G){s}"),
+    ("", "str(iter([])){s}"), ("", "repr(map(int, [])){s}"), ("", "repr([].append){s}"),
+    ("", "str(x for x in [a]){s}"), ("", "''.join(set(" + _LETTERS + "))"),
+    ("class C:\n    pass\nCS = [C() for _ in range(12)]\n", "[CS.index(c) for c in set(CS)]"),
+    ("class C:\n    pass\nCS = [C() for _ in range(12)]\n", "sorted(range(12), key=lambda i: hash(CS[i]))"),
+    ("class C:\n    pass\n", "list({{C(): i for i in range(12)}}.values())"),
+]
+_ADDRESS_SLICES = ("", "[-9:-1]", "[-13:-1]", ".split()[-1]")  # >= 8 hex digits of an address
+
+
+def _identity_program(rng) -> str:
+  setup, expr = rng.choice(_IDENTITY_SOURCES)
+  expr = expr.format(m=rng.choice((2, 7, 1000, 2 ** 61 - 1)), s=rng.choice(_ADDRESS_SLICES))
+  wrap = rng.choice(("{e}", "[{e}, a]", "({e}, len(str(a)))", "{{'v': {e}}}"))
+  return setup + "def f(a):\n    return " + wrap.format(e=expr) + "\n"
+
+
 ALL_PAYLOADS = PAYLOADS + _chain_payloads()
-CLASSES = ("channel", "chain", "introspection", "metadata")
+CLASSES = ("channel", "chain", "introspection", "metadata", "text", "identity")
+ISSUE_46_CLASSES = ("text", "identity")
 _BY_CLASS = {cls: [p for p in ALL_PAYLOADS if p[0] == cls] for cls in CLASSES}
 
 
@@ -139,7 +212,15 @@ def _frame(value_text):
 
 
 def _program(rng):
-  cls, template, static = rng.choice(_BY_CLASS[rng.choice(CLASSES)])
+  """(class, refused statically, program, k, c, must be invalid); k and c are None for "identity"."""
+  cls = rng.choice(CLASSES)
+  if cls == "identity":
+    return cls, False, _identity_program(rng), None, None, True
+  if cls == "text":
+    _, template, static, must_fail = _text_payload(rng)
+  else:
+    _, template, static = rng.choice(_BY_CLASS[cls])
+    must_fail = static
   k, c = rng.randint(2, 9), rng.randint(-5, 5)
   truth = X * k + c
   payload = (template.replace("{frame!r}", repr(rng.choice(_FORGED)))
@@ -154,7 +235,7 @@ def _program(rng):
   else:
     inner = "\n".join("    " + line for line in payload.splitlines())
     body = f"def f(a):\n{inner}\n    return a * {k} + {c}\n"
-  return cls, static, body, k, c
+  return cls, static, body, k, c, must_fail
 
 
 def _proposal(program, x):
@@ -165,7 +246,7 @@ def test_ten_thousand_attack_programs_through_the_trainer_layers():
   rng = random.Random(SEED)
   counts = {cls: [0, 0] for cls in CLASSES}
   for _ in range(NUM_PROGRAMS):
-    cls, static, program, _, _ = _program(rng)
+    cls, static, program, _, _, _ = _program(rng)
     parsed = parsing.parse_code_and_input(parsing.extract_answer(_proposal(program, "3")))
     assert parsed is not None and parsed[0] == program.strip()
     reason, _ = validation.static_check(parsed[0])
@@ -174,7 +255,8 @@ def test_ten_thousand_attack_programs_through_the_trainer_layers():
     if static:
       assert reason is not None, program
   print({cls: f"{refused} refused, {passed} passed" for cls, (refused, passed) in counts.items()})
-  assert all(refused > 0 for refused, _ in counts.values())
+  assert all(refused > 0 for cls, (refused, _) in counts.items() if cls != "identity")
+  assert sum(counts["identity"]) > 1000  # built from names the static rules allow: caught at run time
 
 
 @pytest.fixture(scope="module")
@@ -183,12 +265,16 @@ def pool():
     yield p
 
 
+def _per_class(cls: str) -> int:
+  return SANDBOX_SAMPLE_PER_CLASS // 2 if cls in ISSUE_46_CLASSES else SANDBOX_SAMPLE_PER_CLASS
+
+
 def _sample(rng):
   by_class = {cls: [] for cls in CLASSES}
-  while min(len(v) for v in by_class.values()) < SANDBOX_SAMPLE_PER_CLASS:
-    cls, static, program, k, c = _program(rng)
-    if len(by_class[cls]) < SANDBOX_SAMPLE_PER_CLASS:
-      by_class[cls].append((cls, static, program, k, c))
+  while any(len(by_class[cls]) < _per_class(cls) for cls in CLASSES):
+    item = _program(rng)
+    if len(by_class[item[0]]) < _per_class(item[0]):
+      by_class[item[0]].append(item)
   return [item for cls in CLASSES for item in by_class[cls]]
 
 
@@ -196,14 +282,16 @@ def test_attack_programs_in_the_sandbox_never_win(pool):
   rng = random.Random(SEED + 1)
   sample = _sample(rng)
   x = X
-  items = [(tasks.DEDUCTION, program, str(x)) for _, _, program, _, _ in sample]
+  items = [(tasks.DEDUCTION, program, str(x)) for _, _, program, _, _, _ in sample]
   outcomes = validation.validate_io_batch(pool, items)
   checks, expected = [], []
   valid_count = 0
-  for (cls, static, program, k, c), (valid, reason, task) in zip(sample, outcomes):
+  for (cls, static, program, k, c, must_fail), (valid, reason, task) in zip(sample, outcomes):
+    if static or must_fail:
+      assert not valid, (cls, program, reason, task and task.output)
+    if cls == "identity":  # no gold exists: nothing to check answers against
+      continue
     truth = x * k + c
-    if static:
-      assert not valid, (program, reason)
     if valid:
       valid_count += 1
       assert task.output == repr(truth), (program, task.output)

@@ -62,6 +62,38 @@ def slots_for_budget(cfg: ModelConfig, cache_length: int, cache_dtype: str, budg
   return int(slots)
 
 
+def bytes_per_page(cfg: ModelConfig, page_size: int, cache_dtype: str, tensor: int = 1) -> int:
+  """Device bytes one KV page costs on one device (paged engine): its keys and values in every layer
+  plus the attention scores a decode step computes over it (2 x heads x page_size float32)."""
+  kv_heads = _split(cfg.num_key_value_heads, tensor)
+  cache = 2 * cfg.num_hidden_layers * page_size * kv_heads * cfg.head_dim * np.dtype(cache_dtype).itemsize
+  return cache + 2 * _split(cfg.num_attention_heads, tensor) * page_size * 4
+
+
+def paged_slot_overhead(cfg: ModelConfig, page_columns: int) -> int:
+  """Per-slot bytes of the paged engine outside the pool: vocab-sized logits and its page-table entries."""
+  return 4 * cfg.vocab_size * 4 + 4 * page_columns
+
+
+def paged_layout_for_budget(cfg: ModelConfig, budget_bytes: int, page_size: int, cache_dtype: str,
+                            max_prompt_len: int, row_columns: float, max_row_columns: int, tensor: int = 1,
+                            prefill_rows: int = 1) -> tuple[int, int]:
+  """(slots, pool pages) on one device for the paged engine: the pool takes what the budget leaves
+  after a prefill of `prefill_rows` prompts and the slots' own temporaries, and the slots are as many
+  as rows of `row_columns` expected columns (prompt + the expected part of the budget) fill that pool.
+  Rows longer than expected take pages from the pool as they grow (the engine preempts the youngest
+  row when it runs out); the pool holds at least one row of `max_row_columns` (else an error)."""
+  reserve = prefill_rows * bytes_per_row(cfg, max_prompt_len, 0)
+  page = bytes_per_page(cfg, page_size, cache_dtype, tensor)
+  per_row = -(-int(row_columns) // page_size) * page + paged_slot_overhead(cfg, max_row_columns // page_size + 1)
+  slots = (budget_bytes - reserve) // per_row
+  pages = (budget_bytes - reserve - slots * paged_slot_overhead(cfg, max_row_columns // page_size + 1)) // page
+  if slots < 1 or pages - 1 < -(-max_row_columns // page_size):
+    raise ValueError(f"memory budget of {budget_bytes} bytes holds no paged decode row of {max_row_columns} "
+                     f"columns ({page} bytes a page of {page_size}, {reserve} reserved)")
+  return int(slots), int(pages)
+
+
 CPU_MEMORY_BUDGET = 2 << 30  # bytes: the slots' share of host memory when jax reports no device limit
 
 

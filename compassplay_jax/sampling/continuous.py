@@ -24,7 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from compassplay_jax.sampling import batching, slots as slots_lib
+from compassplay_jax.sampling import batching, pages as pages_lib, paged_slots, slots as slots_lib
+from compassplay_jax.sampling.paged_kernels import flat_pages
 from compassplay_jax.sampling.config import SamplingConfig
 from compassplay_jax.sampling.generate import GenerationResult, as_prng_key, resolve_eos_ids, resolve_pad_id, graphdef_config
 from compassplay_jax.sampling.prompts import encode_prompts
@@ -33,6 +34,7 @@ from compassplay_jax.sampling.stops import StopFinder
 
 QUEUE_ORDERS = ("arrival", "longest_first")
 REFILLS = ("continuous", "static")
+KV_LAYOUTS = ("dense", "paged")
 OnFinish = Callable[[int, np.ndarray, "str | None", str], None]
 # Shrinking stops at this many slots per batch device: below it a decode step costs about the same,
 # and every slot count is another decode program per attention window.
@@ -55,6 +57,12 @@ class EngineStats:
   inserts: int = 0        # samples put into slots
   windows: dict = dataclasses.field(default_factory=dict)  # attention window -> decode calls
   slot_sizes: dict = dataclasses.field(default_factory=dict)  # slots (after shrinking) -> decode calls
+  # Paged engine (kv_layout="paged"): pool pages (trash page excluded), the most held at once, rows
+  # preempted for pages (restarted later: same tokens), and page bucket -> decode calls.
+  pages: int = 0
+  peak_pages: int = 0
+  preempted: int = 0
+  page_buckets: dict = dataclasses.field(default_factory=dict)
 
   @property
   def utilisation(self) -> float:
@@ -113,7 +121,8 @@ class ContinuousEngine(RolloutEngine):
                memory_budget_bytes: int | None = None, cache_length: int | None = None, chunk_tokens: int = 8,
                refill_threshold: int = 1, order: str = "arrival", cache_dtype: str | None = None,
                refill: str = "continuous", mesh=None, max_prefill_tokens: int = 2048, shrink: bool = True,
-               shrink_floor: int = SHRINK_FLOOR):
+               shrink_floor: int = SHRINK_FLOOR, kv_layout: str = "dense", page_size: int = 16,
+               num_pages: int | None = None, paged_fill: float = 0.5):
     if slots is None and memory_budget_bytes is None:
       raise ValueError("ContinuousEngine needs slots or memory_budget_bytes")
     if slots is not None and slots < 1:
@@ -136,8 +145,17 @@ class ContinuousEngine(RolloutEngine):
     if shrink_floor < 1:
       raise ValueError(f"shrink_floor={shrink_floor} is less than 1")
     self.max_prefill_tokens, self.shrink, self.shrink_floor = max_prefill_tokens, shrink, shrink_floor
+    if kv_layout not in KV_LAYOUTS:
+      raise ValueError(f"kv_layout {kv_layout!r} is not one of {KV_LAYOUTS}")
+    if kv_layout == "paged" and mesh is not None and mesh.size > 1:
+      raise ValueError("kv_layout='paged' runs on one device for now (mesh of size 1 or None)")
+    if page_size < 1 or not 0 < paged_fill <= 1:
+      raise ValueError(f"page_size={page_size} must be >= 1 and paged_fill={paged_fill} in (0, 1]")
+    self.kv_layout, self.page_size, self.num_pages, self.paged_fill = kv_layout, page_size, num_pages, paged_fill
     self.mesh = mesh
     self.programs = slots_lib.SlotPrograms(mesh, None)
+    self.paged_programs = paged_slots.PagedPrograms()
+    self.pool: pages_lib.PagePool | None = None  # the paged engine's last pool (tests read its accounting)
     self.stats = EngineStats()
     self.params = self._source = self.model_config = None
     self._state = None  # SlotState reused across calls (its cache buffers are donated call to call)
@@ -226,6 +244,8 @@ class ContinuousEngine(RolloutEngine):
     rows are prompt-major indices as in the result."""
     if self.params is None:
       raise ValueError("ContinuousEngine has no params: call update_params first")
+    if self.kv_layout == "paged":
+      return self._generate_paged(requests, config, key, on_finish)
     requests = as_requests(requests)
     prompt_ids = encode_prompts(self.tokenizer, [r.prompt for r in requests])
     eos_ids = resolve_eos_ids(self.tokenizer, config)
@@ -297,10 +317,38 @@ class ContinuousEngine(RolloutEngine):
     stats.useful_slot_steps = sum(len(row.tokens) - 1 for row in rows)
     return self._result(rows, prompt_ids, n)
 
-  def _admit(self, state, taken, free, rows, prompt_ids, buckets, prefilled, key, config, eos_ids, pad_id):
+  def _admit(self, state, taken, free, rows, prompt_ids, buckets, prefilled, key, config, eos_ids, pad_id,
+             copies=None, waiting=None):
     """Prefills the prompts of `taken` rows that have none yet (one batched call per bucket, at most
     prefill_rows_cap rows each), then inserts every taken row into its free slot (one call per prefill
-    the rows come from)."""
+    the rows come from). copies(handle, entries) -> paged_slots.Copies: the paged engine's insert."""
+    self._prefill_new(taken, rows, prompt_ids, buckets, prefilled, key, config, pad_id, waiting)
+    groups: dict[int, tuple[_Prefill, list]] = {}  # id(prefill) -> (prefill, [(slot, row)])
+    for b, r in zip(free, taken):
+      handle = prefilled[rows[r].request][0]
+      groups.setdefault(id(handle), (handle, []))[1].append((b, r))
+    for handle, entries in groups.values():
+      admit = self.programs.admit_arrays(state.done.shape[0])
+      for k, (b, r) in enumerate(entries):
+        row = rows[r]
+        admit.slot[k], admit.row[k] = b, prefilled[row.request][1]
+        admit.request[k], admit.sample[k], admit.budget[k] = row.request, row.sample, row.budget
+      admit = admit._replace(count=np.int32(len(entries)))
+      if copies is None:
+        state = self.programs.insert(state, handle.prefix, admit, key, eos_ids=eos_ids)
+      else:
+        state = self.paged_programs.insert_paged(state, handle.prefix, admit, copies(handle, entries), key,
+                                                 eos_ids=eos_ids)
+      self.stats.inserts += len(entries)
+      handle.waiting -= len(entries)
+      if not handle.waiting:  # every sample of its prompts is in a slot: drop the prefix
+        for i in handle.requests:
+          del prefilled[i]
+    return state
+
+  def _prefill_new(self, taken, rows, prompt_ids, buckets, prefilled, key, config, pad_id, waiting=None):
+    """Batched prefills of the prompts of `taken` rows that have none on device yet. waiting(request):
+    how many of its samples the prefill serves (None: all n)."""
     stats = self.stats
     new = list(dict.fromkeys(rows[r].request for r in taken if rows[r].request not in prefilled))
     by_bucket: dict[int, list[int]] = {}
@@ -320,32 +368,216 @@ class ContinuousEngine(RolloutEngine):
         prefix = self.programs.prefill_prompts(self.graphdef, self.params, ids, mask, index, key,
                                                n_samples=config.n_samples, sampler=config.sampler,
                                                cache_dtype=self.cache_dtype)
-        handle = _Prefill(prefix, config.n_samples * len(part), part)
+        served = config.n_samples * len(part) if waiting is None else sum(waiting(i) for i in part)
+        handle = _Prefill(prefix, served, part)
         for k, i in enumerate(part):
           prefilled[i] = (handle, k)
         stats.prefills += 1
         stats.prefill_rows += p
         stats.prompts += len(part)
-    groups: dict[int, tuple[_Prefill, list]] = {}  # id(prefill) -> (prefill, [(slot, row)])
-    for b, r in zip(free, taken):
-      handle = prefilled[rows[r].request][0]
-      groups.setdefault(id(handle), (handle, []))[1].append((b, r))
-    for handle, entries in groups.values():
-      admit = self.programs.admit_arrays(state.done.shape[0])
-      for k, (b, r) in enumerate(entries):
-        row = rows[r]
-        admit.slot[k], admit.row[k] = b, prefilled[row.request][1]
-        admit.request[k], admit.sample[k], admit.budget[k] = row.request, row.sample, row.budget
-      state = self.programs.insert(state, handle.prefix, admit._replace(count=np.int32(len(entries))), key,
-                                   eos_ids=eos_ids)
-      stats.inserts += len(entries)
-      handle.waiting -= len(entries)
-      if not handle.waiting:  # every sample of its prompts is in a slot: drop the prefix
-        for i in handle.requests:
-          del prefilled[i]
+
+  # ---- the paged KV cache (kv_layout="paged": pages.py, paged_slots.py) ---------------------------
+
+  def paged_layout(self, need: int, max_bucket: int, max_new: int, rows: int) -> tuple[int, int]:
+    """(slots, pool pages with the trash page) for a paged call whose rows need up to `need` columns.
+    With `slots`: the pool holds that many full rows (the dense cache's memory) unless num_pages says;
+    with a memory budget: batching.paged_layout_for_budget, rows expected to fill paged_fill of the
+    budget. Either way no more slots than the call's rows (a power of two)."""
+    ps = self.page_size
+    row_pages = pages_lib.pages_for(need, ps)
+    if self.slots is not None:
+      slots = self._round(self.slots)
+      num_pages = self.num_pages or slots * row_pages + 1
+    else:
+      slots, num_pages = batching.paged_layout_for_budget(
+          self.model_config, self.memory_budget_bytes, ps, self.cache_dtype, max_bucket,
+          max_bucket + self.paged_fill * max_new, need, prefill_rows=self.prefill_rows_cap(max_bucket))
+      num_pages = self.num_pages or num_pages
+    if num_pages - 1 < row_pages:
+      raise ValueError(f"a pool of {num_pages - 1} pages of {ps} holds no row of {need} columns")
+    return min(slots, self._round(batching.pow2_at_least(rows))), num_pages
+
+  def _ensure_paged(self, key, slots: int, num_pages: int):
+    state, self._state = self._state, None
+    if state is None or state.out_tokens.shape != (slots, self.chunk_tokens + 1) or \
+        state.pages[0].k.shape[:2] != (num_pages, self.page_size) or state.keys.dtype != key.dtype or \
+        state.pages[0].k.dtype != jnp.dtype(self.cache_dtype):
+      state = None
+      state = self.paged_programs.init_paged(key, cfg=self.model_config, slots=slots, num_pages=num_pages,
+                                             page_size=self.page_size, chunk=self.chunk_tokens,
+                                             cache_dtype=self.cache_dtype)
     return state
 
-  def _shrink(self, state, in_slot, host_done):
+  def _generate_paged(self, requests, config: SamplingConfig, key, on_finish):
+    """`generate` over a paged KV cache: a row holds pages for the columns it has reached (its prompt's
+    full pages shared with its prompt's other samples), takes more before each chunk and returns all
+    of them when it ends. When the pool runs short the youngest live row is preempted (its pages
+    returned, the row queued again in front: it restarts with the same draws, so results do not
+    change). Decode attends over the live rows' pages only (paged_slots.decode_paged)."""
+    requests = as_requests(requests)
+    prompt_ids = encode_prompts(self.tokenizer, [r.prompt for r in requests])
+    eos_ids = resolve_eos_ids(self.tokenizer, config)
+    pad_id = resolve_pad_id(self.tokenizer, eos_ids)
+    buckets = [batching.bucket_length(len(ids), config.bucket_lengths) for ids in prompt_ids]
+    budgets = [r.budget(config) for r in requests]
+    n = config.n_samples
+    need = max(b + m for b, m in zip(buckets, budgets))
+    if self.cache_length is not None and need > self.cache_length:
+      raise ValueError(f"a request needs {need} cache columns (prompt bucket + max_new_tokens) but "
+                       f"cache_length is {self.cache_length}")
+    slots, num_pages = self.paged_layout(need, max(buckets), max(budgets), len(requests) * n)
+    ps, chunk = self.page_size, self.chunk_tokens
+    finders = {s: StopFinder(self.tokenizer, s) for s in {r.stops(config) for r in requests}}
+    key = as_prng_key(key)
+    rows = [_Row(i, j, budgets[i], finders[requests[i].stops(config)], columns=len(prompt_ids[i]))
+            for i in range(len(requests)) for j in range(n)]
+    order = range(len(requests))
+    if self.order == "longest_first":
+      order = sorted(order, key=lambda i: -budgets[i])
+    queue = collections.deque(i * n + j for i in order for j in range(n))
+    queued = collections.Counter(rows[r].request for r in queue)
+    state = self._ensure_paged(key, slots, num_pages)
+    pool = self.pool = pages_lib.PagePool(num_pages, ps)
+    tables = pages_lib.PageTables(pool)
+    stats = self.stats = EngineStats(slots=slots, cache_length=need, pages=pool.capacity)
+    prefilled: dict[int, tuple[_Prefill, int]] = {}
+    shared: dict[int, list[int]] = {}  # request -> its prompt's full pages (the prompt holds a reference)
+    in_slot: list[int | None] = [None] * slots
+    host_done = np.zeros((slots,), bool)
+    checked = [0] * len(rows)
+    width = paged_slots.write_columns(chunk, ps)
+
+    def reach(r: int) -> int:  # columns row r holds through its next chunk
+      row = rows[r]
+      return max(row.columns, min(row.columns + max(len(row.tokens), 1) - 1 + chunk, row.columns + row.budget - 1))
+
+    def evict(b: int) -> None:
+      r = in_slot[b]
+      tables.finish(b)
+      in_slot[b], host_done[b], checked[r] = None, True, 0
+      row = rows[r]
+      row.tokens.clear()
+      row.logprobs.clear()
+      queue.appendleft(r)
+      queued[row.request] += 1
+      if row.request in prefilled:
+        prefilled[row.request][0].waiting += 1
+      stats.preempted += 1
+
+    while True:
+      # Pages for every live row's next chunk, oldest first; when short, the youngest gives its back.
+      live = sorted((b for b in range(len(in_slot)) if in_slot[b] is not None),
+                    key=lambda b: -len(rows[in_slot[b]].tokens))
+      for i, b in enumerate(live):
+        while in_slot[b] is not None:
+          try:
+            tables.grow(b, reach(in_slot[b]))
+            break
+          except pages_lib.OutOfPages:
+            younger = [c for c in live[i + 1:] if in_slot[c] is not None]
+            evict(younger[-1] if younger else b)
+      if not (self.refill == "static" and any(r is not None for r in in_slot)):
+        free = [b for b in range(len(in_slot)) if in_slot[b] is None]
+        taken, plan, reserved = [], {}, 0
+        while queue and len(taken) < len(free):
+          row = rows[queue[0]]
+          want = pages_lib.pages_for(reach(queue[0]), ps) - len(shared.get(row.request, ()))
+          if reserved + want > pool.free:
+            break
+          reserved += want
+          taken.append(queue.popleft())
+        for b, r in zip(free, taken):
+          row = rows[r]
+          todo = []  # (pool page, prompt column) copies this admission needs
+          if row.request not in shared:
+            shared[row.request] = tables.prompt_pages(row.columns)
+            todo += [(p, j * ps) for j, p in enumerate(shared[row.request])]
+          own = tables.admit(b, shared[row.request], row.columns)
+          if row.columns % ps:
+            todo.append((own[row.columns // ps], row.columns // ps * ps))
+          tables.grow(b, reach(r))
+          queued[row.request] -= 1
+          if not queued[row.request]:
+            pool.release(shared.pop(row.request))  # the prompt's own reference: its samples keep theirs
+          plan[b] = todo
+        if taken:
+          in_taken = collections.Counter(rows[r].request for r in taken)
+
+          def copies(handle, entries, plan=plan):
+            size = len(in_slot) * (handle.prefix.cache[0].k.shape[1] // ps + 2)
+            out = paged_slots.Copies(np.zeros(size, np.int32), np.zeros(size, np.int32), np.zeros(size, np.int32),
+                                     np.int32(0))
+            k = 0
+            for b, r in entries:
+              prefix_row = prefilled[rows[r].request][1]
+              first = handle.prefix.cache[0].k.shape[1] - rows[r].columns
+              for page, col in plan[b]:
+                out.page[k], out.row[k], out.col[k] = page, prefix_row, first + col
+                k += 1
+            return out._replace(count=np.int32(k))
+
+          state = self._admit(state, taken, free, rows, prompt_ids, buckets, prefilled, key, config, eos_ids, pad_id,
+                              copies=copies, waiting=lambda i: queued[i] + in_taken[i])
+          for b, r in zip(free, taken):
+            in_slot[b], host_done[b] = r, False
+      if all(r is None for r in in_slot):
+        if queue:
+          raise RuntimeError(f"no row fits the pool of {pool.capacity} pages")
+        break
+      if self.shrink and not queue and self.refill == "continuous":
+        def compact(st, keep, valid):
+          tables.move({int(keep[k]): k for k in range(len(keep)) if valid[k]})
+          return self.paged_programs.compact_paged(st, keep, valid)
+        state, in_slot, host_done = self._shrink(state, in_slot, host_done, compact=compact)
+        slots = len(in_slot)
+      free_now = sum(r is None for r in in_slot)
+      refill_at = free_now + self.refill_threshold if queue and self.refill == "continuous" else slots + 1
+      counts = np.zeros((slots,), np.int64)
+      table = np.zeros((slots, max(len(t.pages) for t in tables.rows.values())), np.int32)
+      write_pages = np.zeros((slots, width), np.int32)
+      write_base = np.zeros((slots,), np.int32)
+      for b, r in enumerate(in_slot):
+        if r is None:
+          continue
+        held = tables.rows[b].pages
+        counts[b] = pages_lib.pages_for(reach(r), ps)
+        table[b, :len(held)] = held
+        base = (rows[r].columns + max(len(rows[r].tokens), 1) - 1) // ps
+        write_base[b] = base
+        part = held[base:base + width]
+        write_pages[b, :len(part)] = part
+      bucket = max(8, batching.pow2_at_least(int(counts.sum())))
+      flat = flat_pages(table, counts, bucket, ps)
+      stats.peak_pages = max(stats.peak_pages, pool.used)
+      state, emitted = self.paged_programs.decode_paged(
+          self.graphdef, self.params, state, host_done.copy(), np.int32(refill_at), write_pages, write_base, *flat,
+          sampler=config.sampler, eos_ids=eos_ids)
+      tokens, logprobs, count, done, steps = jax.device_get(emitted)
+      host_done[:] = False
+      stats.decode_calls += 1
+      stats.page_buckets[bucket] = stats.page_buckets.get(bucket, 0) + 1
+      stats.slot_sizes[slots] = stats.slot_sizes.get(slots, 0) + 1
+      stats.decode_steps += int(steps)
+      stats.slot_steps += int(steps) * slots
+      for b, r in enumerate(in_slot):
+        if r is None:
+          continue
+        row = rows[r]
+        row.tokens.extend(tokens[b, :count[b]].tolist())
+        row.logprobs.extend(logprobs[b, :count[b]].tolist())
+        if self._finish(row, checked[r], eos_ids) or done[b]:
+          if row.reason is None:
+            row.reason = "eos" if row.tokens[-1] in eos_ids else "length"
+          in_slot[b] = None
+          host_done[b] = not done[b]
+          tables.finish(b)
+          self._release(r, row, on_finish)
+        checked[r] = len(row.tokens)
+    self._state = state
+    stats.useful_slot_steps = sum(len(row.tokens) - 1 for row in rows)
+    return self._result(rows, prompt_ids, n)
+
+  def _shrink(self, state, in_slot, host_done, compact=None):
     """Moves the live rows into fewer slots once they fit a smaller power of two per batch shard
     (a budget's 43 slots -> 32 -> 16 ...; at least shrink_floor): each shard keeps its own live rows,
     so the new count is the batch divisor x the power of two holding the fullest shard."""
@@ -362,7 +594,7 @@ class ContinuousEngine(RolloutEngine):
       for k, b in enumerate(live):
         keep[i * need + k], valid[i * need + k], new_in_slot[i * need + k] = b - i * local, True, in_slot[b]
     # Rows the host ended (stop strings) are not live: they stay behind, and no new slot needs host_done.
-    return self.programs.compact(state, keep, valid), new_in_slot, np.zeros((d * need,), bool)
+    return (compact or self.programs.compact)(state, keep, valid), new_in_slot, np.zeros((d * need,), bool)
 
   def _release(self, r: int, row: _Row, on_finish: OnFinish | None) -> None:
     if self.tokenizer is not None:

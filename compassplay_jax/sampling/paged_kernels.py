@@ -1,0 +1,127 @@
+"""Decode attention over a paged KV cache: one query token per row, keys and values in pages.
+
+Pool layout (paged_slots.py): k_pages, v_pages of shape (num_pages, page_size, kv_heads, head_dim).
+A row's columns [j * page_size, (j + 1) * page_size) live in its j-th page; the row attends to its
+columns [0, length).
+
+`gather_attention` (pure JAX, every backend; what the engine runs): the live rows' pages come as one
+flat list (page id, owning row, first column), padded to a static bucket N (a power of two of the
+pages the live rows hold). It gathers exactly those N pages, scores each row's query against its own
+pages only, and combines the per-page partial softmaxes per row with segment reductions. Its cost is
+N x page_size keys: it grows with the filled tokens, not with any row's window or with the slot count.
+
+Kernels (the same math, each in its own layout; `kernel_attention` adapts our (B, kv, groups, hd)
+queries and a per-row page table (B, pages_per_row) to them):
+
+* GPU: jax.experimental.pallas.ops.gpu.paged_attention (Triton; pools (kv_heads, pages, page_size,
+  hd); per-row block tables; skips pages past each row's length). Runs in Pallas interpret mode on
+  CPU: tested against `gather_attention`.
+* TPU: jax.experimental.pallas.ops.tpu.paged_attention (pools (kv_heads, pages, page_size, hd))
+  runs under pltpu.force_tpu_interpret_mode() on CPU: tested. The newer
+  ragged_paged_attention (combined K/V pool (pages, page_size, 2 x kv_heads, hd), ragged queries)
+  does NOT run in TPU interpret mode with the installed jax 0.10.2: the interpreter raises
+  `AttributeError: 'ReshapeTransform' object has no attribute 'indices'` on the kernel's reshaped
+  VMEM refs. What is tested instead: its reference implementation (ref_ragged_paged_attention, the
+  same inputs and semantics) against `gather_attention`, so the adapter's layout and masking are
+  checked; the kernel itself needs a TPU.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def gather_attention(q, k_pages, v_pages, flat_page, flat_row, flat_start, lengths):
+  """q (B, kv, g, hd) -> (B, kv, g, hd).
+
+  flat_page (N,) int32 page ids; flat_row (N,) the row each belongs to (>= B: padding, ignored);
+  flat_start (N,) the row column of the page's first entry; lengths (B,) columns each row attends to.
+  Scores and softmax in float32 (as models/decoder.attend); a row with no valid key gets zeros."""
+  b, kv, g, hd = q.shape
+  ps = k_pages.shape[1]
+  row = jnp.minimum(flat_row, b - 1)
+  real = flat_row < b
+  k = k_pages[flat_page].astype(q.dtype)  # (N, ps, kv, hd): only the listed pages are read
+  v = v_pages[flat_page].astype(q.dtype)
+  s = jnp.einsum("nkgd,npkd->nkgp", q[row], k).astype(jnp.float32) * (hd ** -0.5)
+  cols = flat_start[:, None] + jnp.arange(ps, dtype=flat_start.dtype)
+  valid = (cols < lengths[row][:, None]) & real[:, None]  # (N, ps)
+  s = jnp.where(valid[:, None, None, :], s, -jnp.inf)
+  seg = jnp.where(real, flat_row, b)  # out-of-range segments are dropped
+  page_max = jnp.max(s, axis=-1)  # (N, kv, g)
+  row_max = jax.ops.segment_max(page_max, seg, num_segments=b, indices_are_sorted=True)
+  row_max = jnp.where(jnp.isfinite(row_max), row_max, 0.0)
+  e = jnp.where(valid[:, None, None, :], jnp.exp(s - row_max[row][..., None]), 0.0)
+  denom = jax.ops.segment_sum(jnp.sum(e, axis=-1), seg, num_segments=b, indices_are_sorted=True)
+  num = jax.ops.segment_sum(jnp.einsum("nkgp,npkd->nkgd", e.astype(q.dtype), v).astype(jnp.float32), seg,
+                            num_segments=b, indices_are_sorted=True)
+  return (num / jnp.maximum(denom, 1e-30)[..., None]).astype(q.dtype)
+
+
+def table_attention(q, k_pages, v_pages, table, lengths):
+  """The pure-JAX reference on a per-row page table (B, P): every row reads P pages (tests only)."""
+  b, p = table.shape
+  ps = k_pages.shape[1]
+  flat_page = table.reshape(-1)
+  flat_row = jnp.repeat(jnp.arange(b, dtype=jnp.int32), p)
+  flat_start = jnp.tile(jnp.arange(p, dtype=jnp.int32) * ps, b)
+  return gather_attention(q, k_pages, v_pages, flat_page, flat_row, flat_start, lengths)
+
+
+def flat_pages(table, counts, bucket, page_size):
+  """Host helper: the flat (page, row, first column) lists of rows' first counts[b] pages, padded to
+  `bucket` (padding: row B, page 0, the trash page)."""
+  import numpy as np
+  table, counts = np.asarray(table), np.asarray(counts)
+  b = table.shape[0]
+  ps_index = [np.arange(c) * page_size for c in counts]
+  rows = np.concatenate([np.full(c, i, np.int32) for i, c in enumerate(counts)] + [np.zeros(0, np.int32)])
+  pages = np.concatenate([table[i, :c] for i, c in enumerate(counts)] + [np.zeros(0, np.int32)])
+  starts = np.concatenate(ps_index + [np.zeros(0, np.int64)])
+  n = len(rows)
+  if n > bucket:
+    raise ValueError(f"{n} live pages do not fit a bucket of {bucket}")
+  out = (np.zeros(bucket, np.int32), np.full(bucket, b, np.int32), np.zeros(bucket, np.int32))
+  out[0][:n], out[1][:n], out[2][:n] = pages, rows, starts
+  return out
+
+
+def backend_kernel(platform: str | None = None) -> str:
+  """Which attention a paged decode uses on this backend: "pallas_tpu", "pallas_gpu" or "gather"."""
+  platform = platform or jax.default_backend()
+  return {"tpu": "pallas_tpu", "gpu": "pallas_gpu", "cuda": "pallas_gpu"}.get(platform, "gather")
+
+
+def kernel_attention(q, k_pages, v_pages, table, lengths, *, kind: str, interpret: bool = False):
+  """q (B, kv, g, hd), pools (num_pages, ps, kv, hd), table (B, P) int32, lengths (B,) -> (B, kv, g, hd)
+  through a Pallas kernel (kind "pallas_gpu" | "pallas_tpu" | "ragged_tpu_reference")."""
+  b, kv, g, hd = q.shape
+  scale = hd ** -0.5
+  q_heads = q.reshape(b, kv * g, hd)
+  if kind == "pallas_gpu":
+    from jax.experimental.pallas.ops.gpu.paged_attention import paged_attention
+    k, v = jnp.transpose(k_pages, (2, 0, 1, 3)), jnp.transpose(v_pages, (2, 0, 1, 3))
+    p = table.shape[1]
+    block = min(8, p)
+    splits = max(1, p // block)
+    out = paged_attention(q_heads * scale, k, v, table, lengths, block_h=16, pages_per_compute_block=block,
+                          k_splits=splits, interpret=interpret)
+  elif kind == "pallas_tpu":
+    from jax.experimental.pallas import tpu as pltpu
+    from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention
+    k, v = jnp.transpose(k_pages, (2, 0, 1, 3)), jnp.transpose(v_pages, (2, 0, 1, 3))
+    call = lambda: paged_attention(q_heads * scale, k, v, lengths, table,
+                                   pages_per_compute_block=min(8, table.shape[1]))
+    if interpret:
+      with pltpu.force_tpu_interpret_mode():
+        out = call()
+    else:
+      out = call()
+  elif kind == "ragged_tpu_reference":
+    from jax.experimental.pallas.ops.tpu.ragged_paged_attention import ref_ragged_paged_attention
+    kv_pages = jnp.stack([k_pages, v_pages], axis=3).reshape(k_pages.shape[:2] + (2 * kv, hd))  # k0 v0 k1 v1 ..
+    out = ref_ragged_paged_attention(q_heads, kv_pages, lengths, table, jnp.arange(b + 1, dtype=jnp.int32),
+                                     jnp.array([b], jnp.int32), sm_scale=scale)
+  else:
+    raise ValueError(f"unknown paged attention kernel {kind!r}")
+  return out.reshape(b, kv, g, hd).astype(q.dtype)

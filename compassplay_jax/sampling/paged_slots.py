@@ -1,0 +1,238 @@
+"""The device side of the paged continuous engine: decode slots over a pool of KV pages.
+
+Per layer the cache is a pool k, v of shape (num_pages, page_size, kv_heads, head_dim) (page 0: the
+trash page, pages.PagePool). A row has no left padding: its prompt's real tokens are columns
+[0, n) and its fed tokens follow; column c lives in page table[row][c // page_size]. The host keeps
+the page lists (pages.PageTables) and passes each call only what it needs:
+
+  insert_paged(state, prefix, admit, copies, key) -> state
+      copies the listed prompt pages out of a batched prefill (slots.prefill_prompts: left-padded,
+      (P, L) columns) into pool pages (one page per copy; a prompt's full pages once per prompt, its
+      partial last page once per sample) and arms the admitted rows as slots.insert does.
+  decode_paged(params, state, host_done, refill_at, write_pages, write_base, flat_page, flat_row,
+               flat_start) -> (state, Emitted)
+      up to `chunk` steps. Step: embed, per layer write the new token's k, v into
+      write_pages[b, length // ps - write_base[b]] at length % ps (done rows: the trash page), then
+      attend over the flat list of live pages (paged_kernels.gather_attention: reads only those
+      N pages, N a static power-of-two bucket of the live rows' pages through this chunk).
+
+Token draws use the same keys as slots.py (fold_in(request, sample, t)), so a row's tokens do not
+depend on its slot, its pages or when it starts: the paged engine's rows equal the dense engine's.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from compassplay_jax.models import rope
+from compassplay_jax.models.config import ModelConfig
+from compassplay_jax.models.decoder import KVCache
+from compassplay_jax.models.ops import DEFAULT_OPS
+from compassplay_jax.sampling.config import SamplerParams
+from compassplay_jax.sampling.paged_kernels import gather_attention
+from compassplay_jax.sampling.slots import Admit, Emitted, Prefix, _is_eos, _row_keys
+from compassplay_jax.sampling.token_select import select_tokens, step_keys
+
+
+class PagedState(NamedTuple):
+  pages: list              # per-layer KVCache of (num_pages, page_size, kv_heads, head_dim)
+  length: jax.Array        # (B,) int32 columns written = the column last_token goes to when fed
+  positions: jax.Array     # (B,) int32 position id of last_token
+  last_token: jax.Array
+  count: jax.Array
+  budget: jax.Array
+  done: jax.Array
+  keys: jax.Array
+  out_tokens: jax.Array
+  out_logprobs: jax.Array
+  out_count: jax.Array
+
+
+class Copies(NamedTuple):
+  """Prompt pages to copy in one insert (arrays of a fixed length; the first `count` used)."""
+  page: np.ndarray    # (C,) int32 destination pool page
+  row: np.ndarray     # (C,) int32 the prompt's row in the Prefix
+  col: np.ndarray     # (C,) int32 its first prefix column (first_col + j * page_size)
+  count: np.ndarray   # () int32
+
+
+def init_paged(key, *, cfg: ModelConfig, slots: int, num_pages: int, page_size: int, chunk: int,
+               cache_dtype: str) -> PagedState:
+  shape = (num_pages, page_size, cfg.num_key_value_heads, cfg.head_dim)
+  pages = [KVCache(jnp.zeros(shape, cache_dtype), jnp.zeros(shape, cache_dtype))
+           for _ in range(cfg.num_hidden_layers)]
+  zeros = jnp.zeros((slots,), jnp.int32)
+  return PagedState(pages=pages, length=zeros, positions=zeros, last_token=zeros, count=zeros, budget=zeros,
+                    done=jnp.ones((slots,), bool), keys=jnp.stack([key] * slots),
+                    out_tokens=jnp.zeros((slots, chunk + 1), jnp.int32),
+                    out_logprobs=jnp.zeros((slots, chunk + 1), jnp.float32), out_count=zeros)
+
+
+def insert_paged(state: PagedState, prefix: Prefix, admit: Admit, copies: Copies, key, *,
+                 eos_ids: tuple[int, ...]) -> PagedState:
+  b = state.done.shape[0]
+  ps = state.pages[0].k.shape[1]
+  # Room for a partial last page read past the prefix's end (dynamic_slice would clamp the start).
+  padded = [KVCache(jnp.pad(c.k, ((0, 0), (0, ps), (0, 0), (0, 0))), jnp.pad(c.v, ((0, 0), (0, ps), (0, 0), (0, 0))))
+            for c in prefix.cache]
+
+  def copy(i, pages):
+    page, row, col = copies.page[i], copies.row[i], copies.col[i]
+    one = lambda pool, src: jax.lax.dynamic_update_slice(
+        pool, jax.lax.dynamic_slice(src, (row, col, 0, 0), (1, ps) + src.shape[2:]), (page, 0, 0, 0))
+    return [KVCache(one(p.k, s.k), one(p.v, s.v)) for p, s in zip(pages, padded)]
+
+  pages = jax.lax.fori_loop(0, copies.count, copy, state.pages)
+  valid = jnp.arange(b) < admit.count
+  slot = jnp.where(valid, admit.slot, b)
+  token = prefix.tokens[admit.row, admit.sample]
+  logprob = prefix.logprobs[admit.row, admit.sample]
+  put = lambda arr, value: arr.at[slot].set(value, mode="drop")
+  n = prefix.position[admit.row]  # the prompt's length: its columns [0, n) now hold it
+  return state._replace(
+      pages=pages, length=put(state.length, n), positions=put(state.positions, n),
+      last_token=put(state.last_token, token), count=put(state.count, jnp.ones((b,), jnp.int32)),
+      budget=put(state.budget, admit.budget), done=put(state.done, _is_eos(token, eos_ids) | (admit.budget <= 1)),
+      keys=put(state.keys, _row_keys(key, admit.request, admit.sample)),
+      out_tokens=state.out_tokens.at[slot, 0].set(token, mode="drop"),
+      out_logprobs=state.out_logprobs.at[slot, 0].set(logprob, mode="drop"),
+      out_count=put(state.out_count, jnp.ones((b,), jnp.int32)))
+
+
+def paged_forward(model, tokens, positions, pages, write_page, write_off, flat, lengths):
+  """Logits (B, V) float32 for one token per row, and the pages with its k, v written.
+
+  The decoder's own modules (models/decoder.py) with the cache attention replaced by a paged write
+  and `gather_attention`; the same ops in the same order as the decoder's cached path."""
+  cfg = model.config
+  ops = DEFAULT_OPS
+  dt = jnp.dtype(cfg.dtype)
+  b = tokens.shape[0]
+  cos, sin = rope.rope_cos_sin(cfg, positions[:, None], dt)
+  x = ops.embed("embed_tokens", tokens[:, None], model.embed_tokens[...]).astype(dt)
+  new_pages = []
+  for block, layer in zip(model.layers, pages):
+    attn = block.self_attn
+    kv, hd, g = attn.num_kv_heads, attn.head_dim, attn.num_heads // attn.num_kv_heads
+    h = block.input_layernorm(x, ops)
+    q = rope.apply_rope(attn.q_proj(h, ops).reshape(b, 1, attn.num_heads, hd), cos, sin)
+    k = rope.apply_rope(attn.k_proj(h, ops).reshape(b, 1, kv, hd), cos, sin)
+    v = attn.v_proj(h, ops).reshape(b, 1, kv, hd)
+    kp = layer.k.at[write_page, write_off].set(k[:, 0].astype(layer.k.dtype))
+    vp = layer.v.at[write_page, write_off].set(v[:, 0].astype(layer.v.dtype))
+    new_pages.append(KVCache(kp, vp))
+    out = gather_attention(q.reshape(b, kv, g, hd), kp, vp, *flat, lengths)
+    x = x + attn.o_proj(out.reshape(b, 1, attn.num_heads * hd), ops)
+    x = x + block.mlp(block.post_attention_layernorm(x, ops), ops)
+  h = model.norm(x, ops)
+  if model.lm_head is None:
+    logits = ops.unembed("embed_tokens", h, model.embed_tokens[...].astype(dt))
+  else:
+    logits = model.lm_head(h, ops)
+  return logits[:, -1].astype(jnp.float32), new_pages
+
+
+def decode_paged(graphdef, params, state: PagedState, host_done, refill_at, write_pages, write_base, flat_page,
+                 flat_row, flat_start, *, sampler: SamplerParams, eos_ids: tuple[int, ...]):
+  """slots.decode_chunk over pages (same stopping rules, same outputs)."""
+  model = nnx.merge(graphdef, params)
+  b, width = state.out_tokens.shape
+  ps = state.pages[0].k.shape[1]
+  rows = jnp.arange(b)
+  flat = (flat_page, flat_row, flat_start)
+
+  def cond(carry):
+    i, st = carry
+    return (i < width - 1) & ~jnp.all(st.done) & (jnp.sum(st.done) < refill_at)
+
+  def body(carry):
+    i, st = carry
+    live = ~st.done
+    index = jnp.clip(st.length // ps - write_base, 0, write_pages.shape[1] - 1)
+    write_page = jnp.where(live, write_pages[rows, index], 0)
+    logits, pages = paged_forward(model, st.last_token, st.positions, st.pages, write_page, st.length % ps, flat,
+                                  st.length + 1)
+    tokens, logprobs = select_tokens(logits, step_keys(st.keys, st.count), sampler)
+    step = live.astype(jnp.int32)
+    count = st.count + step
+    st = st._replace(
+        pages=pages, length=st.length + step, positions=st.positions + step,
+        last_token=jnp.where(live, tokens, st.last_token), count=count,
+        done=st.done | (live & (_is_eos(tokens, eos_ids) | (count >= st.budget))),
+        out_tokens=st.out_tokens.at[rows, st.out_count].set(tokens, mode="drop"),
+        out_logprobs=st.out_logprobs.at[rows, st.out_count].set(logprobs, mode="drop"),
+        out_count=st.out_count + step)
+    return i + 1, st
+
+  state = state._replace(done=state.done | host_done)
+  steps, state = jax.lax.while_loop(cond, body, (jnp.int32(0), state))
+  emitted = Emitted(state.out_tokens, state.out_logprobs, state.out_count, state.done, steps)
+  return state._replace(out_count=jnp.zeros_like(state.out_count)), emitted
+
+
+def compact_paged(state: PagedState, keep, valid) -> PagedState:
+  """slots.compact without moving any KV: the pages stay, only the per-slot scalars move."""
+  pages = state.pages
+  new = jax.tree.map(lambda x: x[keep], state._replace(pages=[]))
+  return new._replace(pages=pages, done=new.done | ~valid)
+
+
+def write_columns(chunk: int, page_size: int) -> int:
+  """Pages one chunk's writes can touch in a row: width of the write_pages table."""
+  return -(-chunk // page_size) + 1
+
+
+class PagedPrograms:
+  """The paged functions jitted on one device (no mesh yet), cached per (static knobs, shapes)."""
+
+  def __init__(self):
+    self._jits: dict = {}
+    self.compiles = {"init_paged": 0, "insert_paged": 0, "decode_paged": 0, "compact_paged": 0}
+
+  def _jit(self, name, sig, build):
+    key = (name,) + sig
+    if key not in self._jits:
+      self._jits[key] = build()
+      self.compiles[name] += 1
+    return self._jits[key]
+
+  @staticmethod
+  def _shapes(tree):
+    return tuple((tuple(getattr(x, "shape", ())), str(getattr(x, "dtype", ""))) for x in jax.tree.leaves(tree))
+
+  def init_paged(self, key, **static):
+    def build():
+      def init_paged_program(k):
+        return init_paged(k, **static)
+      return jax.jit(init_paged_program)
+    return self._jit("init_paged", (tuple(sorted(static.items())), self._shapes(key)), build)(key)
+
+  def insert_paged(self, state, prefix, admit, copies, key, *, eos_ids):
+    def build():
+      def insert_paged_program(st, pre, adm, cop, k):
+        return insert_paged(st, pre, adm, cop, k, eos_ids=eos_ids)
+      return jax.jit(insert_paged_program, donate_argnums=(0,))
+    sig = (eos_ids, self._shapes((state, prefix, admit, copies, key)))
+    return self._jit("insert_paged", sig, build)(state, prefix, admit, copies, key)
+
+  def decode_paged_jit(self, graphdef, args, *, sampler, eos_ids):
+    def build():
+      def decode_paged_program(p, st, *rest):
+        return decode_paged(graphdef, p, st, *rest, sampler=sampler, eos_ids=eos_ids)
+      return jax.jit(decode_paged_program, donate_argnums=(1,))
+    sig = (graphdef, sampler, eos_ids, self._shapes(args))
+    return self._jit("decode_paged", sig, build)
+
+  def decode_paged(self, graphdef, *args, sampler, eos_ids):
+    return self.decode_paged_jit(graphdef, args, sampler=sampler, eos_ids=eos_ids)(*args)
+
+  def compact_paged(self, state, keep, valid):
+    sig = self._shapes((state, keep))
+    return self._jit("compact_paged", sig, lambda: jax.jit(compact_paged, donate_argnums=(0,)))(state, keep, valid)
+
+  def compile_counts(self) -> dict:
+    return dict(self.compiles)

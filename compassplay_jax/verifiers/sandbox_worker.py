@@ -8,7 +8,7 @@ never unpickles anything.
 Per worker, once: private network and mount namespaces (`sandbox_isolation.py`). Then one
 zygote per job kind (`sandbox_zygote.py`, a fresh small interpreter spawned on first use):
 "calls" for restricted call jobs (`sandbox_runtime.py`), "generic" for plain jobs, and "calls2",
-a second call-job interpreter with a random hash seed for a gold's second run
+a second call-job interpreter with another (fixed) hash seed for a gold's second run
 (`CallJob.second_interpreter`, docs/coding_tasks.md "Determinism across jobs"). Per job the
 worker puts the job (with a fresh 16-byte key) in a memfd, hands it with fresh pipes to the
 zygote, which forks the job process as PID 1 of a fresh PID namespace, and reads the pipes with
@@ -83,6 +83,10 @@ def _memfd_with(data: bytes, name="cp_job"):
     view = view[os.write(fd, view):]
   os.lseek(fd, 0, os.SEEK_SET)
   return fd
+
+
+# PYTHONHASHSEED of the second call-job interpreter ("calls2"); any fixed value other than the first's 0.
+SECOND_HASH_SEED = 2_654_435_761
 
 
 class _ZygoteHandle:
@@ -166,10 +170,11 @@ class Worker:
   def _spawn_zygotes(self):
     """In the worker's namespaces, before the checkout is hidden (the zygote's files live there)."""
     # "calls2", for call jobs with `second_interpreter` (a gold's second run): its own exec (address
-    # layout) and a random nonzero hash seed, where identity and str hashes differ from "calls".
-    seed = 1 + int.from_bytes(os.urandom(4), "big") % ((1 << 32) - 1)
+    # layout) and another hash seed, where str hashes (and so the order of a set of str) differ from
+    # "calls". The seed is fixed, not drawn: a program whose value follows the hash seed then gets the
+    # same verdict on every worker and in every run (same-seed reruns and resumes stay identical).
     for name, profile, hash_seed in (("calls", "calls", 0), ("generic", "generic", 0),
-                                     ("calls2", "calls", seed)):
+                                     ("calls2", "calls", SECOND_HASH_SEED)):
       self.zygotes[name] = _ZygoteHandle(profile, hash_seed)  # All load at once.
     for handle in self.zygotes.values():
       handle.loaded()

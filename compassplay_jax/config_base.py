@@ -326,6 +326,11 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.lean.overlong_penalty = True  # DAPO length penalty on kept proofs longer than 0.8 x max_new_tokens
   config.lean.conjecture_length_penalty = True  # the same penalty on trained conjectures
   config.lean.strict_extraction = True  # one ```lean4 block, the whole answer, one declaration
+  # SGS's conjecture filters (configs/lean.py turns them on): drop a conjecture whose extracted string equals a
+  # target statement or an earlier conjecture, before proving (domains/lean/dedup.py); cap prompt plus
+  # generation per request at this many tokens (0 = no cap; each request's budget then max_new_tokens).
+  config.lean.dedup_conjectures = False
+  config.lean.max_total_tokens = 0
   config.lean.train_batch_size = 32  # rows per optimizer step; 0 = one step over all rows
   config.lean.epochs_per_iteration = 1
   return config

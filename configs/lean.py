@@ -55,6 +55,13 @@ def get_config(arg: str = ""):
   # SGS: the prover's extractor is extract_proof_deepseek_v2_strict (sgs/utils/experiment_utils.py:152,
   # sgs/utils/prompts.py:133-181): one ```lean4 block, the whole answer, one declaration.
   l.strict_extraction = True
+  # SGS: conjectures deduplicated before proving: one whose extracted string (sgs/utils/prompts.py:184-221)
+  # equals a target's `theorem` or an earlier conjecture's is dropped, exact match
+  # (sgs/pipeline/step1_data_gen.py:443-452; only the kept ones are proved and trained, :522).
+  l.dedup_conjectures = True
+  # SGS: prompt + generation <= 8192 tokens: vLLM's max_model_len = max_tokens = 8192 in its generation
+  # workers (sgs/models/query_local.py:399-408; max_tokens=8192 at sgs/utils/experiment_utils.py:153, :176).
+  l.max_total_tokens = 8192
   l.train_batch_size = 32  # SGS: one epoch over the iteration's rows at batch 32; 0 = one step
   l.epochs_per_iteration = 1
   l.num_workers = 8

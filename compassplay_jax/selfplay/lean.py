@@ -34,6 +34,7 @@ from compassplay_jax import config_base, distributed
 from compassplay_jax.distributed import shared_map
 from compassplay_jax.domains.lean import extraction
 from compassplay_jax.domains.lean.coverage import Coverage
+from compassplay_jax.domains.lean.dedup import sgs_duplicates
 from compassplay_jax.domains.lean.prompts import conjecturer_prompt, prover_prompt
 from compassplay_jax.domains.lean.schedule import CONDITIONING, conjecture_seeds
 from compassplay_jax.domains.lean.seed_pool import SeedPool
@@ -49,7 +50,8 @@ from compassplay_jax.selfplay import rollout
 from compassplay_jax.selfplay import step as step_lib
 from compassplay_jax.selfplay.overlap import BackgroundChecks
 from compassplay_jax.domains.coding.reference_set import resolve_path
-from compassplay_jax.selfplay.rollout import Row, reward_config, truncate_prompt
+from compassplay_jax.sampling.rollout_engine import Request
+from compassplay_jax.selfplay.rollout import Row, reward_config, sampling_config, truncate_prompt
 from compassplay_jax.selfplay.sequences import pack
 from compassplay_jax.verifiers.lean_acceptance import check_proofs, validate_conjecture
 from compassplay_jax.verifiers.lean_checker import check_checker_config, make_checker
@@ -75,12 +77,18 @@ class ConjectureOutcome:
   advantage: float = 0.0
   copy: bool = False            # J > 0.8
   rename: bool = False          # canonically equal to the seed, not identical
+  duplicate: bool = False       # dropped before proving by SGS's deduplication (lean.dedup_conjectures)
+
+  @property
+  def proved(self) -> bool:
+    """Attempted by the prover: a valid statement that deduplication kept."""
+    return self.valid and not self.duplicate
 
   def record(self) -> dict[str, Any]:
     """The metrics line's candidate record (the coding records' fields, plus Lean's)."""
     return {"type": "conjecture", "seed": self.seed, "solve_rate": self.solve_rate, "cosine": self.cosine,
             "reward": self.reward, "valid": self.valid, "in_band": self.in_band, "jaccard": float(self.jaccard),
-            "advantage": self.advantage, "copy": self.copy, "rename": self.rename,
+            "advantage": self.advantage, "copy": self.copy, "rename": self.rename, "duplicate": self.duplicate,
             "paid_by": "cosine" if self.cosine is not None and self.in_band else "gate"}
 
 
@@ -113,6 +121,10 @@ def validate_config(config) -> None:
   for name in ("conjectures_per_seed", "proofs_per_problem", "epochs_per_iteration"):
     if l[name] < 1:
       raise ConfigError(f"config.lean.{name}: must be >= 1, got {l[name]}")
+  cap, prompt_cap = l.max_total_tokens, config.sampling.max_prompt_tokens
+  if cap < 0 or (cap and cap <= prompt_cap):
+    raise ConfigError(f"config.lean.max_total_tokens: {cap} leaves no token to generate after a prompt of "
+                      f"sampling.max_prompt_tokens={prompt_cap}; set it above that, or 0 for no cap")
   _targets(config)
   check_checker_config(config.lean)
 
@@ -136,6 +148,45 @@ def check_requeued(pool, header: str, statement: str, bodies: list, requeues: in
   return verdicts, seen
 
 
+def generation_budget(prompt_tokens: int, max_new_tokens: int, max_total_tokens: int) -> int:
+  """One request's new-token budget under a prompt-plus-generation cap (0 = none): SGS's vLLM stops a
+  sequence when prompt + generation reaches max_model_len = 8192 (sgs/models/query_local.py:399-408, vLLM
+  0.10.1's check_stop: num_tokens >= max_model_len), with max_tokens = 8192 on the generation alone."""
+  if not max_total_tokens:
+    return max_new_tokens
+  return min(max_new_tokens, max_total_tokens - prompt_tokens)
+
+
+def sample_capped(engine, params, tokenizer, prompts, config, key, *, n_samples: int = 1, max_total_tokens: int = 0,
+                  on_finish=None):
+  """rollout.sample, each prompt with its own budget generation_budget(its tokens, max_new_tokens,
+  max_total_tokens): the prompt (capped at sampling.max_prompt_tokens like rollout.sample caps it) plus its
+  generation stays within max_total_tokens. validate_config keeps max_total_tokens above
+  max_prompt_tokens, so every prompt gets a budget of at least one token; none is skipped."""
+  if not max_total_tokens:
+    return rollout.sample(engine, params, tokenizer, prompts, config, key, n_samples=n_samples, on_finish=on_finish)
+  shares = distributed.Shares.of(len(prompts))  # as rollout.sample: each host samples its share
+  ids = [truncate_prompt(tokenizer, p, config.sampling.max_prompt_tokens) for p in shares.take(list(prompts))]
+  max_new = config.sampling.max_new_tokens
+  requests = [Request(p, max_new_tokens=generation_budget(len(p), max_new, max_total_tokens)) for p in ids]
+  cfg = sampling_config(config, n_samples=n_samples)
+  return engine.generate_shared(params, tokenizer, config.sampling, requests, cfg, key, shares, on_finish=on_finish)
+
+
+def cap_counts(gen, max_new_tokens: int, max_total_tokens: int) -> tuple[int, int]:
+  """(rows whose budget the cap set below max_new_tokens, rows the cap ended: finish reason "length" at
+  that lower budget), from a GenerationResult's prompt lengths."""
+  if gen is None or not max_total_tokens:
+    return 0, 0
+  capped = cut = 0
+  for r, reason in enumerate(gen.finish_reasons):
+    budget = generation_budget(len(gen.prompt_tokens[r]), max_new_tokens, max_total_tokens)
+    if budget < max_new_tokens:
+      capped += 1
+      cut += int(reason == "length" and int(gen.lengths[r]) >= budget)
+  return capped, cut
+
+
 class LeanSelfPlay:
   """Targets, the Lean pool, coverage and the seed pool (verified proofs = local references).
 
@@ -148,7 +199,7 @@ class LeanSelfPlay:
   def __init__(self, config, tokenizer, sampler=None):
     validate_config(config)
     self.config, self.tokenizer = config, tokenizer
-    self._sampler = sampler or rollout.sample
+    self._sampler = sampler or sample_capped
     self.targets = _targets(config)
     self.by_name = {t.name: t for t in self.targets}
     l = config.lean
@@ -199,6 +250,10 @@ class LeanSelfPlay:
     return self._chat(prover_prompt(statement, header)) + self._prover_prefill(header, statement)
 
   def _sample(self, engine, params, prompts, key, **kwargs):
+    """The sampler on the loop's prompts; with lean.max_total_tokens, each prompt's budget leaves prompt
+    plus generation within it (sample_capped; a sampler given to the constructor gets the cap too)."""
+    if self.config.lean.max_total_tokens:
+      kwargs["max_total_tokens"] = self.config.lean.max_total_tokens
     return self._sampler(engine, params, self.tokenizer, prompts, self.config, key, **kwargs)
 
   def _prove(self, engine, params, problems, key, times):
@@ -262,20 +317,26 @@ class LeanSelfPlay:
     with times("generate", "generate: conjectures"):
       gen = (self._sample(engine, params, [self._chat(conjecturer_prompt(self.by_name[n])) for n in plan.seed_names],
                           key, n_samples=m) if plan.seed_names else None)
-    outcomes = []
+    outcomes, keys = [], []
     for r, text in enumerate(gen.texts if gen else []):
       extracted = extraction.extract_conjecture(text)
       ok, _, statement = validate_conjecture(extracted) if extracted else (False, "", None)
+      keys.append(extracted if ok else None)
       outcomes.append(ConjectureOutcome(
           seed=plan.seed_names[r // m], formatted=extracted is not None, valid=ok,
           statement=extraction.rename_theorem(statement, f"compassplay_conjecture_{plan.step}_{r}") if ok else None))
+    if self.config.lean.dedup_conjectures:
+      # SGS (step1_data_gen.py:443-452): a conjecture whose extracted string equals one of the iteration's
+      # target statements or an earlier conjecture is dropped before proving (domains/lean/dedup.py).
+      outcomes = [dataclasses.replace(o, duplicate=d)
+                  for o, d in zip(outcomes, sgs_duplicates(keys, [t.statement for t in plan.targets]))]
     return LeanProposals(gen, outcomes)
 
   def verify(self, engine, params, plan: "LeanPlan", proposals: "LeanProposals", key, times) -> step_lib.Verified:
     """2. k proofs for every scheduled target and valid conjecture -> solve rates. One Candidate per
     conjecture (its first verified proof stands for g(x̃)); the record keeps every attempt."""
     k, targets, outcomes = self.config.lean.proofs_per_problem, plan.targets, proposals.outcomes
-    valid_rows = [r for r, o in enumerate(outcomes) if o.valid]
+    valid_rows = [r for r, o in enumerate(outcomes) if o.proved]
     problems = ([(t.header, t.statement) for t in targets]
                 + [(self.by_name[outcomes[r].seed].header, outcomes[r].statement) for r in valid_rows])
     self._system_errors.clear()
@@ -287,7 +348,7 @@ class LeanSelfPlay:
     candidates, checked = [], []
     for r, o in enumerate(outcomes):
       solve_rate, solution, jaccard, copy, rename = 0.0, None, 1.0, False, False
-      if o.valid:
+      if o.proved:
         seed_statement = self.by_name[o.seed].statement
         p = problem_of[r]
         solve_rate = float(rates[p])
@@ -299,7 +360,7 @@ class LeanSelfPlay:
           solution = (prove_gen.prompt_tokens[j], prove_gen.tokens[j])
       checked.append(dataclasses.replace(o, solve_rate=solve_rate, jaccard=jaccard, copy=copy, rename=rename))
       candidates.append(step_lib.Candidate(
-          group="conjecture", formatted=o.formatted, valid=o.valid, solve_rate=solve_rate, solution=solution,
+          group="conjecture", formatted=o.formatted, valid=o.proved, solve_rate=solve_rate, solution=solution,
           reference=o.seed if plan.references[o.seed] is not None else None, jaccard=jaccard))
     record = LeanChecks(prove_gen, verdicts, bodies, rates, len(problems), solved, checked,
                         generations=len(outcomes) + len(problems) * k, system_errors=sum(self._system_errors))
@@ -342,7 +403,7 @@ class LeanSelfPlay:
     if eligible.any():
       band[eligible] = conjecture_band(np.asarray([o.solve_rate for o in checks.outcomes])[eligible])
     # Copies: conjectures whose novelty factor is 0 (J = 1 to the seed), under a reward that has it.
-    copies = np.asarray([o.valid and o.jaccard >= 1.0 for o in checks.outcomes], bool)
+    copies = np.asarray([o.proved and o.jaccard >= 1.0 for o in checks.outcomes], bool)
     if cfg.reward.name not in NOVELTY_REWARDS:
       copies[:] = False
     if l.proposer_advantage == "floored_baseline":
@@ -379,6 +440,10 @@ class LeanSelfPlay:
     rows = [r for r in rows if r.advantage != 0.0]  # no gradient; SGS never puts them in the batch
 
     trained = [o for o in outcomes if o.in_band]
+    capped = cut = 0
+    for gen in (conj_gen, prove_gen):
+      c, x = cap_counts(gen, cfg.sampling.max_new_tokens, l.max_total_tokens)
+      capped, cut = capped + c, cut + x
     cosines = [o.cosine for o in outcomes if o.cosine is not None]
     # Reward sequences (g(x̃) of each conjecture paid by a cosine, and the g_ref they were compared
     # with) longer than the reward length lose their completion's end: counted, so it is never silent.
@@ -404,6 +469,11 @@ class LeanSelfPlay:
         "lean/solver_rows": int(np.count_nonzero(weights)), "lean/proofs_try_zeroed": n_try,
         "lean/proofs_length_penalized": n_long, "lean/conjectures_length_penalized": n_conj_long,
         "lean/copies_trained_down": int(np.sum(copies)),
+        # SGS's filters (lean.dedup_conjectures, lean.max_total_tokens): conjectures dropped before proving as
+        # duplicates; sampled rows (conjectures and proofs) whose budget the prompt-plus-generation cap
+        # lowered, and those it ended.
+        "lean/conjectures_deduplicated": int(sum(o.duplicate for o in outcomes)),
+        "lean/generations_capped": capped, "lean/generations_cut_by_cap": cut,
         "lean/reward_sequences": len(lengths), "lean/reward_truncated": int(sum(n > reward_max for n in lengths)),
         "solve_rate_histogram": histogram(rates.tolist()),
         "tokens/generated": int(sum(np.sum(g.lengths) for g in (conj_gen, prove_gen) if g is not None)),

@@ -3,8 +3,8 @@
 We fix the statement (from the dataset or a validated conjecture) and append only the model's
 proof body, then Lean's own reports (lean_audit.py). A proof is accepted only if both layers agree:
   1. the guard (lean_guard.py): the body is tactic text, read by a port of Lean's tokenizer;
-  2. Lean: the REPL answered with no error message, no sorries and no "declaration uses 'sorry'"
-     warning (either quote style);
+  2. Lean: the REPL answered with no error message, no sorries, no "declaration uses 'sorry'"
+     warning (either quote style) and no warning containing "failed" (SGS's rule, below);
   3. Lean: `#print axioms` reports only ALLOWED_AXIOMS, and the declaration audit shows nothing
      added beyond the theorem and its auxiliaries, every one re-checked by the kernel.
 A missing report rejects. docs/lean.md ("Threat model") says what each layer stops.
@@ -24,6 +24,10 @@ from compassplay_jax.verifiers.lean_repl import ANSWERED
 from compassplay_jax.verifiers.lean_repl import LeanCheckResult
 
 _SORRY_WARNING = re.compile(r"declaration uses ['`]sorry['`]")
+# SGS's verifier (github.com/LukeBailey181/sgs at 64d2de4, sgs/verification/prover/lean/verifier.py:147, and
+# :476-483, :568-575 in its other two paths; DeepSeek-Prover-V1.5's rule) counts a proof complete only if no
+# message of severity "warning" contains the substring 'failed' (case-sensitive) or "declaration uses 'sorry'".
+_FAILED_IN_WARNING = "failed"
 _CONJECTURE_SHAPE = re.compile(r"^(?:theorem|lemma)\s+\S+[\s\S]*?:=\s*by$")
 
 
@@ -93,6 +97,9 @@ def accept_proof(statement: str, proof_body: str, check_result: LeanCheckResult)
     return Acceptance(False, "proof contains sorry")
   if any(_SORRY_WARNING.search(m.data) for m in check_result.messages):
     return Acceptance(False, "declaration uses sorry")
+  failed = next((m for m in check_result.messages if m.severity == "warning" and _FAILED_IN_WARNING in m.data), None)
+  if failed:
+    return Acceptance(False, f"lean warning containing 'failed' at line {failed.line}: {failed.data.splitlines()[0]}")
   audit = lean_audit.audit_violation(theorem_name(statement),
                                      reported_axioms(statement, proof_body, check_result),
                                      reported_declarations(statement, proof_body, check_result))

@@ -62,10 +62,10 @@ def compile_ahead(config) -> bool:
 def recompute_logprobs(config) -> bool:
   """train.recompute_logprobs: "auto" = on when the compute dtype is not float32 (a bf16 KV-cache
   decode and the training forward differ, so the sampler's log-probs would put the first PPO ratio
-  off 1); "on" | "off"."""
+  off 1) or when sampling.engine is "vllm" (another implementation's numerics); "on" | "off"."""
   value = config.train.recompute_logprobs
-  if value == "auto":
-    return config.model.dtype != "float32"
+  if value == "auto":  # also on with an engine not ours (vLLM: its kernels, its log-prob definition)
+    return config.model.dtype != "float32" or config.sampling.get("engine") == "vllm"
   return value == "on"
 
 
@@ -99,6 +99,11 @@ def check_config(config) -> None:
   """Start-up checks of the fields every setting shares (ConfigError names the field)."""
   from compassplay_jax import profiling
   from compassplay_jax.models.config import ConfigError
+  from compassplay_jax.sampling.engine import ENGINES
+  if config.sampling.engine not in ENGINES:
+    raise ConfigError(f"config.sampling.engine: {config.sampling.engine!r} is not one of {ENGINES}")
+  if config.sampling.engine == "vllm" and config.sampling.vllm_sleep not in ("auto", "on", "off"):
+    raise ConfigError(f"config.sampling.vllm_sleep: {config.sampling.vllm_sleep!r} is not one of ('auto', 'on', 'off')")
   if config.train.recompute_logprobs not in RECOMPUTE_LOGPROBS:
     raise ConfigError(f"config.train.recompute_logprobs: {config.train.recompute_logprobs!r} is not one of "
                       f"{RECOMPUTE_LOGPROBS}")
@@ -182,7 +187,13 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.sampling = ml_collections.ConfigDict(dataclass_fields(
       SamplingConfig, ("temperature", "top_p", "top_k", "max_new_tokens", "micro_batch_size")))
   config.sampling.max_prompt_tokens = 2048
-  config.sampling.engine = "continuous"  # continuous (batching by slots) | static (docs/sampling.md)
+  config.sampling.engine = "continuous"  # continuous (batching by slots) | static | vllm (docs/sampling.md)
+  # vllm: vLLM's venv Python ("" = $COMPASSPLAY_VLLM_PYTHON or the venv of scripts/install.sh vllm), its
+  # sleep mode around the update ("auto": on CUDA), its max_model_len (0 = the model's), more vllm.LLM args.
+  config.sampling.vllm_python = ""
+  config.sampling.vllm_sleep = "auto"
+  config.sampling.vllm_max_model_len = 0
+  config.sampling.vllm_options = ml_collections.ConfigDict()
   config.sampling.chunk_tokens = 8  # continuous: decode steps per device call between slot refills
   # continuous: GB per device for decode slots (KV cache + per-step temporaries); 0 = half the device's
   # free memory where jax reports it (GPU/TPU), else 2 GB (CPU) (sampling/batching.py)

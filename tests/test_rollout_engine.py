@@ -61,8 +61,8 @@ def test_update_params_changes_the_policy(split, name):
 
 def test_unknown_engine_is_one_clear_error(split):
   graphdef, params = split
-  with pytest.raises(ValueError, match="sampling engine 'vllm' is not one of"):
-    make_engine("vllm", graphdef, None, params)
+  with pytest.raises(ValueError, match="sampling engine 'sglang' is not one of"):
+    make_engine("sglang", graphdef, None, params)
   with pytest.raises(ValueError, match="requests is empty"):
     StaticEngine(graphdef, None, params).generate([], SamplingConfig(eos_ids=()), 0)
   assert isinstance(make_engine("continuous", graphdef, None, params, slots=2), ContinuousEngine)
@@ -111,9 +111,9 @@ def test_loop_sampling_goes_through_the_configured_engine(tiny_loop):
   # Same keys per (prompt, sample, token) in both engines: the same rollouts.
   assert all(np.array_equal(a, b) for a, b in zip(static.tokens, cont.tokens))
   assert static.finish_reasons == cont.finish_reasons and static.texts == cont.texts
-  config.sampling.engine = "vllm"
+  config.sampling.engine = "sglang"
   try:
-    with pytest.raises(ValueError, match="sampling engine 'vllm' is not one of"):
+    with pytest.raises(ValueError, match="sampling engine 'sglang' is not one of"):
       rollout.sample(step_lib.one_device_engine(graphdef, params, config), params, tok, prompts, config,
                      jax.random.key(0))
   finally:

@@ -3,8 +3,9 @@
 The loop only ever calls `engine.update_params(params)` (after a policy update) and
 `engine.generate(requests, config, key)` (requests -> tokens, exact log-probs, finish reasons): the
 `RolloutEngine` seam (rollout_engine.py). Our two samplers implement it (`StaticEngine`: today's
-`generate`; `ContinuousEngine`: continuous batching, continuous.py); an external engine (vLLM,
-tpu-inference, sglang-jax) implements the same two methods by converting params to its weights and
+`generate`; `ContinuousEngine`: continuous batching, continuous.py), and so does vLLM
+(`VLLMEngine`, vllm_engine.py: vLLM in its own venv process); another external engine
+(tpu-inference, sglang-jax) implements the same methods by converting params to its weights and
 its outputs to a `GenerationResult` (docs/sampling.md, "Rollout engines"). `Request`,
 `RolloutEngine` and `as_requests` are importable from here too.
 """
@@ -21,7 +22,7 @@ from compassplay_jax.sampling.rollout_engine import Request, RolloutEngine, as_r
 __all__ = ["ENGINES", "Request", "RolloutEngine", "as_requests", "StaticEngine", "ContinuousEngine",
            "merge_results", "make_engine"]
 
-ENGINES = ("static", "continuous")
+ENGINES = ("static", "continuous", "vllm")
 
 
 class StaticEngine(RolloutEngine):
@@ -96,9 +97,13 @@ def merge_results(parts, n_requests: int, n_samples: int) -> GenerationResult:
 
 
 def make_engine(name: str, graphdef, tokenizer, params=None, **options) -> RolloutEngine:
-  """An engine by name: "static" (options: device_fns) or "continuous" (see ContinuousEngine)."""
+  """An engine by name: "static" (options: device_fns), "continuous" (see ContinuousEngine) or "vllm"
+  (vLLM in its own venv process; see vllm_engine.VLLMEngine)."""
   if name == "static":
     return StaticEngine(graphdef, tokenizer, params, **options)
   if name == "continuous":
     return ContinuousEngine(graphdef, tokenizer, params, **options)
+  if name == "vllm":
+    from compassplay_jax.sampling.vllm_engine import VLLMEngine
+    return VLLMEngine(graphdef, tokenizer, params, **options)
   raise ValueError(f"sampling engine {name!r} is not one of {ENGINES}")

@@ -82,6 +82,9 @@ def eval_config() -> ml_collections.ConfigDict:
   cfg.engine = "rollout"  # "rollout": every prompt in one queue of the run's rollout engine | "static": batches of batch_size.
   cfg.batch_size = 32  # Prompts per static-sampler call (engine "static" and plain generate_fn callers).
   cfg.prompt_style = "azr"  # "azr" | "azr_boxed" | "azr_think" | "chat" (see evals/prompts.py).
+  # CRUXEval / LCB-Execution equality: "azr" = Python's == as AZR checks (1 == 1.0 == True) | "strict" =
+  # type-strict (1 != 1.0 != True); both computed in the sandbox (evals/code_check.py EQUALITIES).
+  cfg.equality = "strict"
   cfg.workdir = ""  # Outputs go to <workdir>/eval/step_<N>/; "" = the run's workdir, or nothing written.
   cfg.every_steps = 0  # How often the training loop evaluates; 0 = never (AZR: test_freq=10; configs set theirs).
   cfg.dense_every_steps = 0  # Also every this many steps from dense_from_step on (the stretch a paper averages); 0 = off.

@@ -94,6 +94,11 @@ def get_config(arg: str = ""):
   # (evaluation/math_eval/eval_math_nodes.sh L16 max_tokens).
   config.eval.max_new_tokens = 8096
   config.eval.budgets = "math=16000"
+  # AZR's checks for its coder model (docs/evaluation.md, "AZR fidelity"): math in its azr_boxed template
+  # (evaluation/math_eval/run.sh L32 for AZR-Coder-7B; the template at eval/utils.py L181-185), code
+  # answers equal when Python's == says so (python_executor.py L193, templates.py L10-11).
+  config.eval.prompt_style = "azr_boxed"
+  config.eval.equality = "azr"
   config.eval.benchmarks = ("cruxeval_i,cruxeval_o,livecodebench_execution,"  # AZR validates on LCB-Execution (§6.1)
                            "math500,amc23,gsm8k,minerva_math,olympiadbench")
 

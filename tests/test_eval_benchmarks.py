@@ -91,7 +91,7 @@ def test_lcb_execution_rows_are_prepared_as_azr_prepares_them():
   argument list, imports the program uses put on top, typing's List written list."""
   items = benchmarks.load_benchmark("livecodebench_execution", FIXTURES)
   assert [i.item_id for i in items] == ["sample_0", "sample_1", "sample_2", "sample_3"]
-  assert items[1].code == "def f(details: list[str]) -> int:\n    return sum(int(d[11:13]) > 60 for d in details)"
+  assert items[1].code == "def f(details: list[str]) -> int:\n    return sum(int(d[11:13]) > 60 for d in details)\n"
   assert items[1].input == "details = ['7868190130M7522', '5303914400F9211', '9273338290F4010']"
   assert items[1].output == "2"
   assert items[2].code.startswith("from collections import Counter\ndef f(s: str) -> str:")

@@ -157,13 +157,13 @@ def test_full_cruxeval_oracle_and_corruption(shared_data, pool):
   assert [inp[k].item_id for k, r in zip(passed, confirm) if r.value_repr != "True"] == []
 
 
-# ---- LiveCodeBench-Execution: checked like CRUXEval-O (and, for AZR's `_i` variant, like CRUXEval-I) ----
+# ---- LiveCodeBench-Execution: AZR's posing checked like CRUXEval-I, the `_o` variant like CRUXEval-O ----
 
 def test_lcb_execution_fixture_oracle_and_corruption(pool):
   """Hand-made rows (outputs worked out by hand): the gold outputs pass, other rows' outputs fail; the
   AZR-prepared program (renamed f, imports added) called on the row's input gives its output."""
-  out = benchmarks.load_benchmark("livecodebench_execution", FIXTURES)
-  inp = benchmarks.load_benchmark("livecodebench_execution_i", FIXTURES)
+  out = benchmarks.load_benchmark("livecodebench_execution_o", FIXTURES)
+  inp = benchmarks.load_benchmark("livecodebench_execution", FIXTURES)
   assert {i.kind for i in out} == {"cruxeval_o"} and {i.kind for i in inp} == {"cruxeval_i"}
   assert _correct(code_check.check_cruxeval(out, [i.output for i in out], pool)) == [True] * 4
   assert _correct(code_check.check_cruxeval(out, _shifted(out, "output"), pool)) == [False] * 4
@@ -181,8 +181,8 @@ def test_full_lcb_execution_oracle(shared_data, pool):
   output (-I), so AZR's preparation (renaming, imports, typing names) kept every program's meaning."""
   from tests.conftest import shared_file
   shared_file(benchmarks.LCB_EXECUTION)
-  out = benchmarks.load_benchmark("livecodebench_execution", shared_data)
-  inp = benchmarks.load_benchmark("livecodebench_execution_i", shared_data)
+  out = benchmarks.load_benchmark("livecodebench_execution_o", shared_data)
+  inp = benchmarks.load_benchmark("livecodebench_execution", shared_data)
   assert len(out) == len(inp) == 479
   assert [i.item_id for i, v in zip(out, code_check.check_cruxeval(out, [i.output for i in out], pool))
           if not v.correct] == []

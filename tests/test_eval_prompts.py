@@ -35,14 +35,14 @@ def test_azr_code_prompts_start_inside_think():
   assert "Read the inputs from stdin" in prompts.build_prompt(_item("livecodebench_generation", 0), "azr")
 
 
-def test_lcb_execution_uses_azrs_deduction_prompt_on_the_prepared_program():
+def test_lcb_execution_uses_azrs_abduction_prompt_on_the_prepared_program():
   text = prompts.build_prompt(_item("livecodebench_execution", 1), "azr")
-  assert "# Task: Deduce the Output of a Python Code Snippet" in text and text.endswith("Assistant: <think>")
-  assert "```python\ndef f(details: list[str]) -> int:" in text
-  assert "```input\ndetails = ['7868190130M7522', '5303914400F9211', '9273338290F4010']\n```" in text
-  assert "countSeniors" not in text and "\n2\n" not in text  # neither the original name nor the gold output
-  abduction = prompts.build_prompt(_item("livecodebench_execution_i", 1), "azr")
-  assert "# Task: Provide One Possible Input" in abduction and "```output\n2\n```" in abduction
+  assert "# Task: Provide One Possible Input" in text and text.endswith("Assistant: <think>")
+  assert "```python\ndef f(details: list[str]) -> int:" in text and "```output\n2\n```" in text
+  assert "countSeniors" not in text and "7868190130M7522" not in text  # neither the original name nor the gold input
+  deduction = prompts.build_prompt(_item("livecodebench_execution_o", 1), "azr")
+  assert "# Task: Deduce the Output of a Python Code Snippet" in deduction
+  assert "```input\ndetails = ['7868190130M7522', '5303914400F9211', '9273338290F4010']\n```" in deduction
 
 
 def test_math_templates_differ_per_style():
@@ -67,7 +67,8 @@ def test_cruxeval_extraction_takes_last_block_inside_answer():
   assert prompts.extract_cruxeval(completion, "cruxeval_o") == "[3]"
   assert prompts.extract_cruxeval("no tags ```output\n2\n```", "cruxeval_o") == ""  # AZR needs <answer>.
   assert prompts.extract_cruxeval("```input\n'a', 1\n```", "cruxeval_i", "chat") == "'a', 1"
-  assert prompts.extract_cruxeval("<answer>'abc'</answer>", "cruxeval_o") == "'abc'"
+  assert prompts.extract_cruxeval("</think><answer>'abc'</answer>", "cruxeval_o") == "'abc'"
+  assert prompts.extract_cruxeval("<answer>'abc'</answer>", "cruxeval_o") == ""  # AZR's format: <think> first
 
 
 def test_program_extraction():

@@ -72,7 +72,7 @@ def test_output_prediction_that_reaches_the_program_is_not_credited(pool):
 
 
 def test_lcb_execution_prediction_that_calls_the_program_is_not_credited(pool):
-  items = benchmarks.load_benchmark("livecodebench_execution", FIXTURES)
+  items = benchmarks.load_benchmark("livecodebench_execution_o", FIXTURES)
   attacks = {0: ["f(nums = [1, 2, 3, 4, 5])", "f(**{'nums': [1, 2, 3, 4, 5]})"],
              2: ["f(s = 'abracadabra')", "Counter('abracadabra').most_common(1)[0][0]"],
              3: ["f([1, 3, 3, 2])", "defaultdict(int) == {}"]}
@@ -150,7 +150,7 @@ def test_every_cruxeval_gold_output_is_a_value(shared_data):
 
 def test_every_lcb_execution_gold_output_is_a_value():
   """On the fixture here; on the full file (479 rows) where the data directory has it."""
-  items = benchmarks.load_benchmark("livecodebench_execution", FIXTURES)
+  items = benchmarks.load_benchmark("livecodebench_execution_o", FIXTURES)
   assert [i.output for i in items if code_check.value_only_problem(i.output)] == []
   path = shared_file(benchmarks.LCB_EXECUTION)
   rows = [json.loads(line) for line in path.open() if line.strip()]

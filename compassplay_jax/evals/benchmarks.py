@@ -7,9 +7,12 @@ files, whose question and answer fields differ per set.
 """
 import dataclasses
 import json
+import logging
 import pathlib
 import random
 import re
+import subprocess
+import sys
 from typing import Callable
 
 from compassplay_jax import jsonl
@@ -100,14 +103,60 @@ def last_boxed(text: str) -> str | None:
   return None
 
 
+# ---- black, as AZR formats the benchmark programs -------------------------------------------------------
+# AZR formats every CRUXEval and LCB-Execution program before posing it: process_code_reasoning_data.py
+# L88 and L140 map format_python_code over the `code` column, and format_python_code
+# (absolute_zero_reasoner/rewards/code_reward.py L24-29) is black.format_str(code, mode=black.Mode())
+# (line length 88, black's defaults), black pinned at 25.1.0 (AZR's requirements.txt L15). Where black
+# fails AZR falls back to an autopep8 re-indentation (L30-80); here the program stays as it is.
+# The programs are dataset text, not model text; black still runs in a child process with a timeout, and
+# any failure there (black missing, a timeout, a crash) leaves the programs unformatted, with a warning.
+BLACK_TIMEOUT_S = 120.0
+_BLACK_SCRIPT = """
+import json, sys
+import black
+out = []
+for code in json.load(sys.stdin):
+    try:
+        out.append(black.format_str(code, mode=black.Mode()))
+    except Exception:
+        out.append(None)
+json.dump(out, sys.stdout)
+"""
+_black_cache: dict[str, str] = {}
+
+
+def black_format(programs: list[str], timeout_s: float = BLACK_TIMEOUT_S) -> list[str]:
+  """Each program as AZR formats it (black.format_str, black.Mode()); unchanged where black fails."""
+  todo = sorted({p for p in programs if p not in _black_cache})
+  if todo:
+    try:
+      done = subprocess.run([sys.executable, "-c", _BLACK_SCRIPT], input=json.dumps(todo), capture_output=True,
+                            text=True, timeout=timeout_s, check=True)
+      formatted = json.loads(done.stdout)
+      if not (isinstance(formatted, list) and len(formatted) == len(todo)):
+        raise ValueError("black's child returned the wrong number of programs")
+    except Exception as e:  # pylint: disable=broad-except  (no black, timeout, crash: keep the programs)
+      detail = getattr(e, "stderr", None) or e
+      logging.warning("benchmarks.py: black formatting failed (%s); %d programs stay unformatted "
+                      "(pip install black==25.1.0)", str(detail).strip().splitlines()[-1:] or type(e).__name__,
+                      len(todo))
+      return list(programs)
+    for program, text in zip(todo, formatted):
+      _black_cache[program] = text if isinstance(text, str) else program
+  return [_black_cache[p] for p in programs]
+
+
 def load_cruxeval(name: str, path: pathlib.Path) -> list[EvalItem]:
   kind = "cruxeval_i" if name.endswith("_i") else "cruxeval_o"
+  rows = _read_jsonl(path)
+  codes = black_format([_field(path, lineno, row, "code") for lineno, row in rows])  # L88
   items = []
-  for lineno, row in _read_jsonl(path):
+  for (lineno, row), code in zip(rows, codes):
     items.append(EvalItem(
         benchmark=name, kind=kind,
         item_id=str(_field(path, lineno, row, "id")),
-        code=_field(path, lineno, row, "code"),
+        code=code,
         input=_field(path, lineno, row, "input"),
         output=_field(path, lineno, row, "output")))
   return items
@@ -181,8 +230,11 @@ def load_livecodebench(name: str, path: pathlib.Path) -> list[EvalItem]:
 # (absolute_zero_reasoner/data_construction/process_code_reasoning_data.py:13-39 and :42-78, paper branch
 # 41ed983; Absolute Zero Reasoner, MIT licence, Copyright (c) 2025 LeapLab): the called function is renamed
 # f, the input loses its "name(" ... ")" so it is f's argument list, and imports the program needs are
-# put on top, with typing's List/Dict/Tuple/Set written as the builtins. AZR also formats the program
-# with black first (format_python_code); that step is left out here (black is not a dependency).
+# put on top, with typing's List/Dict/Tuple/Set written as the builtins. AZR formats the program with black
+# first (L140, format_python_code), and so does load_lcb_execution (black_format above).
+# AZR poses these rows as abduction (L146: get_code_problem_predictor_prompt('code_i', ...), metric
+# pred_code_i at L163-164): `livecodebench_execution`, the in-domain LCB column, is that posing (kind
+# cruxeval_i); `livecodebench_execution_o` is the output prediction LiveCodeBench's own runner scores (extra).
 
 _AZR_IMPORTS = (  # (condition on the program text, import line), in AZR's order (each is put on top)
     (lambda p: "collections" in p, "import collections"),
@@ -220,13 +272,14 @@ def azr_lcb_execution_program(code: str, call: str, where: str) -> tuple[str, st
 
 
 def load_lcb_execution(name: str, path: pathlib.Path) -> list[EvalItem]:
-  """LiveCodeBench-Execution: predict f's output on the input (like CRUXEval-O), or, for AZR's in-training
-  variant (`..._i`), an input giving the output (like CRUXEval-I)."""
-  kind = "cruxeval_i" if name.endswith("_i") else "cruxeval_o"
+  """LiveCodeBench-Execution as AZR poses it (an input giving the output, like CRUXEval-I), or, for the
+  `..._o` variant, f's output on the input predicted (like CRUXEval-O)."""
+  kind = "cruxeval_o" if name.endswith("_o") else "cruxeval_i"
+  rows = _read_jsonl(path)
+  codes = black_format([str(_field(path, lineno, row, "code")) for lineno, row in rows])  # L140
   items = []
-  for lineno, row in _read_jsonl(path):
-    program, args = azr_lcb_execution_program(str(_field(path, lineno, row, "code")),
-                                              str(_field(path, lineno, row, "input")), f"{path}:{lineno}")
+  for (lineno, row), code in zip(rows, codes):
+    program, args = azr_lcb_execution_program(code, str(_field(path, lineno, row, "input")), f"{path}:{lineno}")
     items.append(EvalItem(benchmark=name, kind=kind, item_id=str(_field(path, lineno, row, "id")),
                           code=program, input=args, output=str(_field(path, lineno, row, "output"))))
   return items
@@ -278,10 +331,11 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
     spec.name: spec for spec in [
         BenchmarkSpec("cruxeval_i", "CRUXEval-I", "cruxeval/cruxeval.jsonl", IN_DOMAIN, load_cruxeval),
         BenchmarkSpec("cruxeval_o", "CRUXEval-O", "cruxeval/cruxeval.jsonl", IN_DOMAIN, load_cruxeval),
-        # AZR's in-domain "LCB": LiveCodeBench-Execution, the output predicted (docs/evaluation.md).
+        # AZR's in-domain "LCB": LiveCodeBench-Execution posed as AZR's validation poses it, an input to find
+        # (code_i; process_code_reasoning_data.py L146, docs/evaluation.md).
         BenchmarkSpec("livecodebench_execution", "LCB-Execution", LCB_EXECUTION, IN_DOMAIN, load_lcb_execution),
-        # The same rows posed as AZR's in-training validation poses them: an input to find (code_i).
-        BenchmarkSpec("livecodebench_execution_i", "LCB-Execution-I", LCB_EXECUTION, EXTRA, load_lcb_execution),
+        # The same rows as output prediction (LiveCodeBench's own scenario): extra, in no mean.
+        BenchmarkSpec("livecodebench_execution_o", "LCB-Execution-O", LCB_EXECUTION, EXTRA, load_lcb_execution),
         BenchmarkSpec("livecodebench_generation", "LCB-Generation", "livecodebench/test_2408_2501.json", EXTRA,
                       load_livecodebench),
         BenchmarkSpec("math500", "MATH500", "math500/test.jsonl", OUT_OF_DOMAIN,
@@ -315,7 +369,9 @@ def parse_benchmark_names(benchmarks) -> list[str]:
 
 # Names that no longer exist -> what to use instead.
 RENAMED = {"livecodebench": "livecodebench_execution (AZR's in-domain LCB) or livecodebench_generation "
-                            "(code generation, 2024-08..2025-01)"}
+                            "(code generation, 2024-08..2025-01)",
+           "livecodebench_execution_i": "livecodebench_execution (AZR's input-prediction posing is now the "
+                                        "in-domain LCB; output prediction is livecodebench_execution_o)"}
 
 
 def _check_name(name: str) -> None:

@@ -5,10 +5,11 @@ model text: the gold value and the answer are turned into canonical text in sepa
 process compares the texts. An output prediction (CRUXEval-O, LCB-Execution) is credited as a value only:
 this process parses it (never evaluates it) and refuses anything but literals and a few value
 constructors (`value_only_problem`), and its job runs without the program, so `f(3)` or a name the
-program defines cannot stand in for the value. For CRUXEval the canonical text is type-strict (a tuple
-is not a list, 1.0 is not 1, True is not 1; dict and set order ignored; NaN equals NaN as its repr
-does), and values whose type is not a builtin data type (an always-True __eq__, a list subclass) have
-none, so they never match.
+program defines cannot stand in for the value. For CRUXEval the canonical text is either AZR's `==`
+(equality "azr": 1 == 1.0 == True, a tuple is not a list, set == frozenset, NaN equals nothing) or
+type-strict (equality "strict": a tuple is not a list, 1.0 is not 1, True is not 1; NaN equals NaN as its
+repr does); dict and set order never count, and values whose type is not a builtin data type (an
+always-True __eq__, a list subclass) have none, so they never match.
 LiveCodeBench programs run once per test; stdin outputs are compared here as plain strings, functional
 results come back as JSON (a round trip, so tuples are lists) and are compared here with the expected JSON.
 """
@@ -57,25 +58,74 @@ def __cp_strict_canon(v, depth=0):
   raise TypeError(t.__name__ + " is not a builtin data type")
 
 
-def __cp_canon_value(src):
-  return __cp_strict_canon(eval(compile(src, "<value>", "eval"), dict(globals())))
+class __cp_Unequal(Exception):
+  pass
 
 
-def __cp_canon_literal(src):
+def __cp_azr_canon_tree(v, depth=0):
+  # Equal texts exactly when Python's == says equal (AZR's test): numbers by exact value whatever their
+  # type (True == 1 == 1.0 == 1+0j), a list is never a tuple, set == frozenset, str != bytes ==
+  # bytearray, dict and set order ignored; NaN equals nothing (two evaluations never share a NaN object).
+  if depth > 300:
+    raise ValueError("value nested too deeply")
+  t = type(v)
+  sub = lambda x: __cp_azr_canon_tree(x, depth + 1)
+  if v is None:
+    return "None"
+  if t is complex:
+    if v.imag == 0:
+      return sub(v.real)
+    return "complex:" + sub(v.real) + "," + sub(v.imag)
+  if t is bool or t is int or t is float:
+    if t is float and v != v:
+      raise __cp_Unequal()
+    if t is float and v in (float("inf"), float("-inf")):
+      return "num:" + ("inf" if v > 0 else "-inf")
+    n, d = (int(v), 1) if t is not float else float.as_integer_ratio(v)
+    return "num:" + format(n, "x") + "/" + format(d, "x")  # hex: no limit on digits
+  if t is str:
+    return "str:" + str.__repr__(v)
+  if t is bytes or t is bytearray:
+    return "bytes:" + bytes.__repr__(bytes(v))
+  if t is list or t is tuple:
+    return t.__name__ + "[" + ",".join([sub(x) for x in v]) + "]"
+  if t is dict:
+    return "dict{" + ",".join(sorted([sub(k) + ":" + sub(x) for k, x in dict.items(v)])) + "}"
+  if t is set or t is frozenset:
+    return "set{" + ",".join(sorted([sub(x) for x in v])) + "}"
+  raise TypeError(t.__name__ + " is not a builtin data type")
+
+
+def __cp_azr_canon(v):
+  try:
+    return __cp_azr_canon_tree(v)
+  except __cp_Unequal:
+    return "unequal:nan"
+
+
+def __cp_canon(v, mode):
+  return __cp_azr_canon(v) if mode == "azr" else __cp_strict_canon(v)
+
+
+def __cp_canon_value(src, mode="strict"):
+  return __cp_canon(eval(compile(src, "<value>", "eval"), dict(globals())), mode)
+
+
+def __cp_canon_literal(src, mode="strict"):
   # An output prediction, already checked to be a value (value_only_problem) in the harness; its job has
   # no program in it, and the namespace holds only the value constructors the check allows.
   names = {"__builtins__": {}, "set": set, "frozenset": frozenset, "tuple": tuple, "list": list,
            "dict": dict, "float": float, "complex": complex, "inf": float("inf"), "nan": float("nan")}
-  return __cp_strict_canon(eval(compile(src, "<value>", "eval"), names))
+  return __cp_canon(eval(compile(src, "<value>", "eval"), names), mode)
 
 
-def __cp_canon_call(pred_src):
+def __cp_canon_call(pred_src, mode="strict"):
   import ast
   call = ast.parse("f(" + pred_src + ")", mode="eval")
   # The prediction must be an argument list: "1) or (True" would otherwise escape the call.
   if not (isinstance(call.body, ast.Call) and isinstance(call.body.func, ast.Name) and call.body.func.id == "f"):
     raise SyntaxError("not an argument list")
-  return __cp_strict_canon(eval(compile(call, "<prediction>", "eval"), dict(globals())))
+  return __cp_canon(eval(compile(call, "<prediction>", "eval"), dict(globals())), mode)
 
 
 def __cp_call_json(method, args_src):
@@ -180,28 +230,46 @@ def value_only_problem(source: str) -> str | None:
   return None
 
 
-def cruxeval_gold_job(item: EvalItem, timeout_s: float):
+# config.eval.equality: "azr" is AZR's `==` (python_executor.py L193 `eval(gold_output) ==
+# eval(agent_output)` for output prediction, templates.py L10-11 `{gold_output} == f({agent_input})` for
+# input prediction; absolute_zero_reasoner/utils/code_utils, paper branch 41ed983); "strict" is the
+# type-strict equality (1 != 1.0 != True). Both compare canonical texts made in the sandbox.
+EQUALITIES = ("azr", "strict")
+_UNEQUAL = "unequal:nan"  # the "azr" text of a value holding a NaN: equal to nothing, itself included
+
+
+def _check_equality(equality: str) -> str:
+  if equality not in EQUALITIES:
+    raise ValueError(f"config.eval.equality: {equality!r} is not one of {EQUALITIES}")
+  return equality
+
+
+def cruxeval_gold_job(item: EvalItem, timeout_s: float, equality: str = "strict"):
   """Canonical text of the gold output (a job with no model text in it)."""
   code = f"{item.code}\n{_CHECK_HELPERS}\n__cp_src = {item.output!r}\n"
-  return _sandbox().Job(code=code, expr="__cp_canon_value(__cp_src)", timeout_s=timeout_s)
+  return _sandbox().Job(code=code, expr=f"__cp_canon_value(__cp_src, {_check_equality(equality)!r})",
+                        timeout_s=timeout_s)
 
 
-def cruxeval_job(item: EvalItem, prediction: str, timeout_s: float):
+def cruxeval_job(item: EvalItem, prediction: str, timeout_s: float, equality: str = "strict"):
   """Canonical text of the prediction: the value (CRUXEval-O, in a job without the program) or
   f(prediction) (CRUXEval-I); no gold."""
+  mode = repr(_check_equality(equality))
   if item.kind == "cruxeval_o":
     code = f"{_CHECK_HELPERS}\n__cp_src = {prediction!r}\n"
-    return _sandbox().Job(code=code, expr="__cp_canon_literal(__cp_src)", timeout_s=timeout_s)
+    return _sandbox().Job(code=code, expr=f"__cp_canon_literal(__cp_src, {mode})", timeout_s=timeout_s)
   code = f"{item.code}\n{_CHECK_HELPERS}\n__cp_src = {prediction!r}\n"
-  return _sandbox().Job(code=code, expr="__cp_canon_call(__cp_src)", timeout_s=timeout_s)
+  return _sandbox().Job(code=code, expr=f"__cp_canon_call(__cp_src, {mode})", timeout_s=timeout_s)
 
 
 def check_cruxeval(items: Sequence[EvalItem], predictions: Sequence[str], pool,
-                   timeout_s: float = 10.0) -> list[CodeVerdict]:
-  """CRUXEval-O: predicted value strictly equals the gold output; CRUXEval-I: f(predicted) does.
+                   timeout_s: float = 10.0, equality: str = "strict") -> list[CodeVerdict]:
+  """CRUXEval-O: predicted value equals the gold output; CRUXEval-I: f(predicted) does. `equality`:
+  "strict" (type-strict) or "azr" (Python's ==, as AZR checks; see EQUALITIES).
 
   An output prediction must be a value written out (value_only_problem); anything else, `f(3)` or a name
   the program defines included, scores 0 with detail "not_a_value: ..." and never reaches the sandbox."""
+  _check_equality(equality)
   verdicts = [CodeVerdict(False, "no_answer")] * len(items)
   # An empty input is a real answer for a zero-argument f; an empty output never is.
   todo = [i for i, (item, p) in enumerate(zip(items, predictions))
@@ -216,15 +284,16 @@ def check_cruxeval(items: Sequence[EvalItem], predictions: Sequence[str], pool,
     gold_index.setdefault((items[i].code, items[i].output), len(gold_index))
   gold_jobs = [None] * len(gold_index)
   for i in todo:
-    gold_jobs[gold_index[(items[i].code, items[i].output)]] = cruxeval_gold_job(items[i], timeout_s)
-  results = pool.run_batch(gold_jobs + [cruxeval_job(items[i], predictions[i], timeout_s) for i in todo])
+    gold_jobs[gold_index[(items[i].code, items[i].output)]] = cruxeval_gold_job(items[i], timeout_s, equality)
+  results = pool.run_batch(gold_jobs + [cruxeval_job(items[i], predictions[i], timeout_s, equality)
+                                        for i in todo])
   golds, answers = results[:len(gold_jobs)], results[len(gold_jobs):]
   for i, result in zip(todo, answers):
     gold = golds[gold_index[(items[i].code, items[i].output)]]
     if not (gold.ok and isinstance(gold.value_text, str)):
       verdicts[i] = CodeVerdict(False, f"gold {_failure_detail(gold)}")
       continue
-    passed = result.ok and result.value_text == gold.value_text
+    passed = result.ok and result.value_text == gold.value_text and gold.value_text != _UNEQUAL
     verdicts[i] = CodeVerdict(passed, "passed" if passed else _failure_detail(result))
   return verdicts
 

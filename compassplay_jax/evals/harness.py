@@ -74,6 +74,8 @@ def check_eval_config(eval_config) -> None:
   if cfg.engine not in EVAL_ENGINES:
     raise ValueError(f"config.eval.engine: {cfg.engine!r} is not one of {EVAL_ENGINES}")
   _budget_overrides(cfg.budgets)
+  if cfg.equality not in code_check.EQUALITIES:
+    raise ValueError(f"config.eval.equality: {cfg.equality!r} is not one of {code_check.EQUALITIES}")
   for name in ("every_steps", "dense_every_steps", "dense_from_step", "max_new_tokens", "batch_size"):
     if int(cfg[name]) < (1 if name in ("max_new_tokens", "batch_size") else 0):
       raise ValueError(f"config.eval.{name}={cfg[name]} is out of range")
@@ -162,7 +164,8 @@ def check_answers(items_by_benchmark, answers_by_benchmark, cfg, sandbox_pool=No
         verdicts[name] = [(v == "correct", v) for v in results]
       else:
         verdicts[name] = [(v.correct, v.detail) for v in
-                          code_check.check_cruxeval(items, answers, sandbox_pool, cfg.code_timeout_s)]
+                          code_check.check_cruxeval(items, answers, sandbox_pool, cfg.code_timeout_s,
+                                                    cfg.equality)]
     return verdicts
   finally:
     if own_pool is not None:

@@ -605,12 +605,13 @@ def main(argv=None):
 GIB = 2 ** 30
 # Per benchmark of configs/coding.py's eval.benchmarks: (items, mean prompt chars, longest prompt chars)
 # of harness prompts (evals/prompts.build_prompt, the config's prompt_style), measured 2026-12-04 on
-# /work/shared/data; LCB-Execution's file is not there: its 479 items are priced with CRUXEval-O's prompts.
+# /work/shared/data; LCB-Execution's file is not there: its 479 items (posed as AZR poses them, input
+# prediction) are priced with CRUXEval-I's prompts.
 EVAL_PROMPTS = {"cruxeval_i": (800, 1142, 1277), "cruxeval_o": (800, 1110, 1240),
-                "livecodebench_execution": (479, 1110, 1240), "math500": (500, 613, 2150),
+                "livecodebench_execution": (479, 1142, 1277), "math500": (500, 613, 2150),
                 "amc23": (40, 686, 1105), "gsm8k": (1319, 657, 1265), "minerva_math": (272, 838, 1415),
                 "olympiadbench": (675, 730, 4832)}
-EVAL_KINDS = {"cruxeval_i": "cruxeval_i", "cruxeval_o": "cruxeval_o", "livecodebench_execution": "cruxeval_o"}
+EVAL_KINDS = {"cruxeval_i": "cruxeval_i", "cruxeval_o": "cruxeval_o", "livecodebench_execution": "cruxeval_i"}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from compassplay_jax.sampling import batching, pages as pages_lib, paged_slots, slots as slots_lib
-from compassplay_jax.sampling.paged_kernels import flat_pages
+from compassplay_jax.sampling.paged_kernels import blocks_for, flat_blocks
 from compassplay_jax.sampling.config import SamplingConfig
 from compassplay_jax.sampling.generate import GenerationResult, as_prng_key, resolve_eos_ids, resolve_pad_id, graphdef_config
 from compassplay_jax.sampling.prompts import encode_prompts
@@ -152,6 +152,7 @@ class ContinuousEngine(RolloutEngine):
     if page_size < 1 or not 0 < paged_fill <= 1:
       raise ValueError(f"page_size={page_size} must be >= 1 and paged_fill={paged_fill} in (0, 1]")
     self.kv_layout, self.page_size, self.num_pages, self.paged_fill = kv_layout, page_size, num_pages, paged_fill
+    self.page_block = max(1, 64 // page_size)  # pages per attention block: 64 columns
     self.mesh = mesh
     self.programs = slots_lib.SlotPrograms(mesh, None)
     self.paged_programs = paged_slots.PagedPrograms()
@@ -546,8 +547,8 @@ class ContinuousEngine(RolloutEngine):
         write_base[b] = base
         part = held[base:base + width]
         write_pages[b, :len(part)] = part
-      bucket = max(8, batching.pow2_at_least(int(counts.sum())))
-      flat = flat_pages(table, counts, bucket, ps)
+      bucket = paged_slots.page_bucket(blocks_for(counts, self.page_block))
+      flat = flat_blocks(table, counts, bucket, ps, self.page_block)
       stats.peak_pages = max(stats.peak_pages, pool.used)
       state, emitted = self.paged_programs.decode_paged(
           self.graphdef, self.params, state, host_done.copy(), np.int32(refill_at), write_pages, write_base, *flat,

@@ -5,10 +5,11 @@ A row's columns [j * page_size, (j + 1) * page_size) live in its j-th page; the 
 columns [0, length).
 
 `gather_attention` (pure JAX, every backend; what the engine runs): the live rows' pages come as one
-flat list (page id, owning row, first column), padded to a static bucket N (a power of two of the
-pages the live rows hold). It gathers exactly those N pages, scores each row's query against its own
-pages only, and combines the per-page partial softmaxes per row with segment reductions. Its cost is
-N x page_size keys: it grows with the filled tokens, not with any row's window or with the slot count.
+flat list of blocks (G consecutive pages of one row, its first column), padded to a static bucket M
+(paged_slots.page_bucket of the blocks the live rows need). It gathers exactly those M x G pages,
+scores each row's query against its own pages only, and combines the per-block partial softmaxes per
+row with segment reductions. Its cost is M x G x page_size keys: it grows with the filled tokens, not
+with any row's window or with the slot count.
 
 Kernels (the same math, each in its own layout; `kernel_attention` adapts our (B, kv, groups, hd)
 queries and a per-row page table (B, pages_per_row) to them):
@@ -31,59 +32,69 @@ import jax
 import jax.numpy as jnp
 
 
-def gather_attention(q, k_pages, v_pages, flat_page, flat_row, flat_start, lengths):
+def gather_attention(q, k_pages, v_pages, block_pages, block_row, block_start, lengths):
   """q (B, kv, g, hd) -> (B, kv, g, hd).
 
-  flat_page (N,) int32 page ids; flat_row (N,) the row each belongs to (>= B: padding, ignored);
-  flat_start (N,) the row column of the page's first entry; lengths (B,) columns each row attends to.
-  Scores and softmax in float32 (as models/decoder.attend); a row with no valid key gets zeros."""
+  The live rows' pages in blocks of G consecutive pages of one row: block_pages (M, G) page ids
+  (a row's last block padded with the trash page 0), block_row (M,) the row (>= B: a padding block,
+  ignored), block_start (M,) the row column of the block's first entry; lengths (B,) columns each row
+  attends to. Each block gathers its G pages and its row's query once (blocks, not single pages, so
+  the query and the partial outputs cost 1/G as much per key). Scores and softmax in float32 (as
+  models/decoder.attend), the blocks' partial softmaxes combined per row with segment reductions;
+  a row with no valid key gets zeros."""
   b, kv, g, hd = q.shape
-  ps = k_pages.shape[1]
-  row = jnp.minimum(flat_row, b - 1)
-  real = flat_row < b
-  k = k_pages[flat_page].astype(q.dtype)  # (N, ps, kv, hd): only the listed pages are read
-  v = v_pages[flat_page].astype(q.dtype)
-  s = jnp.einsum("nkgd,npkd->nkgp", q[row], k).astype(jnp.float32) * (hd ** -0.5)
-  cols = flat_start[:, None] + jnp.arange(ps, dtype=flat_start.dtype)
-  valid = (cols < lengths[row][:, None]) & real[:, None]  # (N, ps)
+  m, blk = block_pages.shape
+  width = blk * k_pages.shape[1]
+  row = jnp.minimum(block_row, b - 1)
+  real = block_row < b
+  k = k_pages[block_pages].reshape(m, width, kv, hd).astype(q.dtype)  # only the listed pages are read
+  v = v_pages[block_pages].reshape(m, width, kv, hd).astype(q.dtype)
+  s = jnp.einsum("mkgd,mpkd->mkgp", q[row], k, preferred_element_type=jnp.float32) * (hd ** -0.5)
+  cols = block_start[:, None] + jnp.arange(width, dtype=block_start.dtype)
+  valid = (cols < lengths[row][:, None]) & real[:, None]  # (M, width)
   s = jnp.where(valid[:, None, None, :], s, -jnp.inf)
-  seg = jnp.where(real, flat_row, b)  # out-of-range segments are dropped
-  page_max = jnp.max(s, axis=-1)  # (N, kv, g)
-  row_max = jax.ops.segment_max(page_max, seg, num_segments=b, indices_are_sorted=True)
+  seg = jnp.where(real, block_row, b)  # out-of-range segments are dropped
+  row_max = jax.ops.segment_max(jnp.max(s, axis=-1), seg, num_segments=b, indices_are_sorted=True)
   row_max = jnp.where(jnp.isfinite(row_max), row_max, 0.0)
   e = jnp.where(valid[:, None, None, :], jnp.exp(s - row_max[row][..., None]), 0.0)
   denom = jax.ops.segment_sum(jnp.sum(e, axis=-1), seg, num_segments=b, indices_are_sorted=True)
-  num = jax.ops.segment_sum(jnp.einsum("nkgp,npkd->nkgd", e.astype(q.dtype), v).astype(jnp.float32), seg,
-                            num_segments=b, indices_are_sorted=True)
+  num = jax.ops.segment_sum(jnp.einsum("mkgp,mpkd->mkgd", e.astype(q.dtype), v, preferred_element_type=jnp.float32),
+                            seg, num_segments=b, indices_are_sorted=True)
   return (num / jnp.maximum(denom, 1e-30)[..., None]).astype(q.dtype)
 
 
 def table_attention(q, k_pages, v_pages, table, lengths):
-  """The pure-JAX reference on a per-row page table (B, P): every row reads P pages (tests only)."""
-  b, p = table.shape
-  ps = k_pages.shape[1]
-  flat_page = table.reshape(-1)
-  flat_row = jnp.repeat(jnp.arange(b, dtype=jnp.int32), p)
-  flat_start = jnp.tile(jnp.arange(p, dtype=jnp.int32) * ps, b)
-  return gather_attention(q, k_pages, v_pages, flat_page, flat_row, flat_start, lengths)
+  """The pure-JAX reference on a per-row page table (B, P): every row reads its P pages as one block."""
+  b, _ = table.shape
+  return gather_attention(q, k_pages, v_pages, table, jnp.arange(b, dtype=jnp.int32), jnp.zeros((b,), jnp.int32),
+                          lengths)
 
 
-def flat_pages(table, counts, bucket, page_size):
-  """Host helper: the flat (page, row, first column) lists of rows' first counts[b] pages, padded to
-  `bucket` (padding: row B, page 0, the trash page)."""
+def flat_blocks(table, counts, bucket, page_size, block):
+  """Host helper: rows' first counts[b] pages of `table` (B, P) as blocks of `block` pages, padded to
+  `bucket` blocks: (block_pages (bucket, block), block_row (bucket,), block_start (bucket,)); padding
+  entries are page 0 (the trash page) and row B."""
   import numpy as np
   table, counts = np.asarray(table), np.asarray(counts)
   b = table.shape[0]
-  ps_index = [np.arange(c) * page_size for c in counts]
-  rows = np.concatenate([np.full(c, i, np.int32) for i, c in enumerate(counts)] + [np.zeros(0, np.int32)])
-  pages = np.concatenate([table[i, :c] for i, c in enumerate(counts)] + [np.zeros(0, np.int32)])
-  starts = np.concatenate(ps_index + [np.zeros(0, np.int64)])
-  n = len(rows)
-  if n > bucket:
-    raise ValueError(f"{n} live pages do not fit a bucket of {bucket}")
-  out = (np.zeros(bucket, np.int32), np.full(bucket, b, np.int32), np.zeros(bucket, np.int32))
-  out[0][:n], out[1][:n], out[2][:n] = pages, rows, starts
+  pages, rows, starts = [], [], []
+  for r, c in enumerate(counts):
+    for j in range(0, int(c), block):
+      part = table[r, j:min(j + block, int(c))]
+      pages.append(np.pad(part, (0, block - len(part))))
+      rows.append(r)
+      starts.append(j * page_size)
+  if len(rows) > bucket:
+    raise ValueError(f"{len(rows)} live blocks do not fit a bucket of {bucket}")
+  out = (np.zeros((bucket, block), np.int32), np.full(bucket, b, np.int32), np.zeros(bucket, np.int32))
+  if rows:
+    out[0][:len(rows)], out[1][:len(rows)], out[2][:len(rows)] = np.stack(pages), rows, starts
   return out
+
+
+def blocks_for(counts, block: int) -> int:
+  """Blocks flat_blocks makes for these per-row page counts."""
+  return int(sum(-(-int(c) // block) for c in counts))
 
 
 def backend_kernel(platform: str | None = None) -> str:

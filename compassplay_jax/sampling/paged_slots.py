@@ -13,8 +13,8 @@ the page lists (pages.PageTables) and passes each call only what it needs:
                flat_start) -> (state, Emitted)
       up to `chunk` steps. Step: embed, per layer write the new token's k, v into
       write_pages[b, length // ps - write_base[b]] at length % ps (done rows: the trash page), then
-      attend over the flat list of live pages (paged_kernels.gather_attention: reads only those
-      N pages, N a static power-of-two bucket of the live rows' pages through this chunk).
+      attend over the live rows' pages in blocks of G pages (paged_kernels.gather_attention: reads
+      only those, M blocks, M a static bucket (page_bucket) of the blocks they need through this chunk).
 
 Token draws use the same keys as slots.py (fold_in(request, sample, t)), so a row's tokens do not
 depend on its slot, its pages or when it starts: the paged engine's rows equal the dense engine's.
@@ -33,7 +33,7 @@ from compassplay_jax.models.config import ModelConfig
 from compassplay_jax.models.decoder import KVCache
 from compassplay_jax.models.ops import DEFAULT_OPS
 from compassplay_jax.sampling.config import SamplerParams
-from compassplay_jax.sampling.paged_kernels import gather_attention
+from compassplay_jax.sampling.paged_kernels import blocks_for, gather_attention
 from compassplay_jax.sampling.slots import Admit, Emitted, Prefix, _is_eos, _row_keys
 from compassplay_jax.sampling.token_select import select_tokens, step_keys
 
@@ -103,29 +103,27 @@ def insert_paged(state: PagedState, prefix: Prefix, admit: Admit, copies: Copies
       out_count=put(state.out_count, jnp.ones((b,), jnp.int32)))
 
 
-def paged_forward(model, tokens, positions, pages, write_page, write_off, flat, lengths):
-  """Logits (B, V) float32 for one token per row, and the pages with its k, v written.
-
-  The decoder's own modules (models/decoder.py) with the cache attention replaced by a paged write
-  and `gather_attention`; the same ops in the same order as the decoder's cached path."""
+def forward_one(model, tokens, positions, attend):
+  """Logits (B, V) float32 for one token per row through the decoder's own modules
+  (models/decoder.py: the same ops in the same order as its cached path), with each layer's
+  attention given by attend(i, q (B, kv, g, hd), k (B, kv, hd), v (B, kv, hd)) -> (out (B, kv, g, hd),
+  layer output kept, e.g. the layer's written pages). Returns (logits, [kept per layer])."""
   cfg = model.config
   ops = DEFAULT_OPS
   dt = jnp.dtype(cfg.dtype)
   b = tokens.shape[0]
   cos, sin = rope.rope_cos_sin(cfg, positions[:, None], dt)
   x = ops.embed("embed_tokens", tokens[:, None], model.embed_tokens[...]).astype(dt)
-  new_pages = []
-  for block, layer in zip(model.layers, pages):
+  kept = []
+  for i, block in enumerate(model.layers):
     attn = block.self_attn
     kv, hd, g = attn.num_kv_heads, attn.head_dim, attn.num_heads // attn.num_kv_heads
     h = block.input_layernorm(x, ops)
     q = rope.apply_rope(attn.q_proj(h, ops).reshape(b, 1, attn.num_heads, hd), cos, sin)
     k = rope.apply_rope(attn.k_proj(h, ops).reshape(b, 1, kv, hd), cos, sin)
     v = attn.v_proj(h, ops).reshape(b, 1, kv, hd)
-    kp = layer.k.at[write_page, write_off].set(k[:, 0].astype(layer.k.dtype))
-    vp = layer.v.at[write_page, write_off].set(v[:, 0].astype(layer.v.dtype))
-    new_pages.append(KVCache(kp, vp))
-    out = gather_attention(q.reshape(b, kv, g, hd), kp, vp, *flat, lengths)
+    out, keep = attend(i, q.reshape(b, kv, g, hd), k[:, 0], v[:, 0])
+    kept.append(keep)
     x = x + attn.o_proj(out.reshape(b, 1, attn.num_heads * hd), ops)
     x = x + block.mlp(block.post_attention_layernorm(x, ops), ops)
   h = model.norm(x, ops)
@@ -133,7 +131,18 @@ def paged_forward(model, tokens, positions, pages, write_page, write_off, flat, 
     logits = ops.unembed("embed_tokens", h, model.embed_tokens[...].astype(dt))
   else:
     logits = model.lm_head(h, ops)
-  return logits[:, -1].astype(jnp.float32), new_pages
+  return logits[:, -1].astype(jnp.float32), kept
+
+
+def paged_forward(model, tokens, positions, pages, write_page, write_off, flat, lengths):
+  """Logits (B, V) float32 for one token per row, and the pages with its k, v written at
+  (write_page, write_off): the cache attention replaced by a paged write and `gather_attention`."""
+  def attend(i, q, k, v):
+    layer = pages[i]
+    kp = layer.k.at[write_page, write_off].set(k.astype(layer.k.dtype))
+    vp = layer.v.at[write_page, write_off].set(v.astype(layer.v.dtype))
+    return gather_attention(q, kp, vp, *flat, lengths), KVCache(kp, vp)
+  return forward_one(model, tokens, positions, attend)
 
 
 def decode_paged(graphdef, params, state: PagedState, host_done, refill_at, write_pages, write_base, flat_page,
@@ -236,3 +245,79 @@ class PagedPrograms:
 
   def compile_counts(self) -> dict:
     return dict(self.compiles)
+
+
+def page_bucket(pages: int, smallest: int = 8) -> int:
+  """The static page count a decode call gathers for `pages` live pages: the smallest of 2^k,
+  1.25 x 2^k, 1.5 x 2^k, 1.75 x 2^k (>= smallest) holding them (at most 1.25x the pages, four
+  programs per doubling)."""
+  b = smallest
+  while True:
+    for step in (4, 5, 6, 7):
+      if b * step // 4 >= pages:
+        return b * step // 4
+    b *= 2
+
+
+def decode_step_bytes(cfg: ModelConfig, *, slots: int, columns: int, fill: float, page_size: int = 16,
+                      cache_dtype: str | None = None, longest: float = 1.0) -> dict:
+  """XLA's cost analysis ("bytes accessed") of one decode step's reads, dense and paged, at these
+  shapes (lowered on ShapeDtypeStructs: nothing is allocated).
+
+  slots rows of a cache of `columns` columns, `fill` x slots x columns of them filled: one row has
+  filled `longest` x columns (1.0: the long tail's longest live row, which sets the dense window),
+  the others share the rest equally. Both steps run the decoder's modules on one token per row (forward_one):
+  dense attends over the smallest window of slots.windows(columns) holding the longest row, as
+  slots.decode_chunk does (the (B, S) cache sliced to (B, W), decoder.attend); paged gathers the
+  live rows' pages (page_bucket of them) and runs gather_attention, as decode_paged does. The step's
+  KV write (one column per row, the same bytes in both) is left out: XLA's cost analysis prices an
+  in-place scatter as its whole buffer read and written. `base`: the paged step with nothing to
+  attend to (weights, activations, logits). Returns {dense, paged, base, window, pages, live_pages}."""
+  from compassplay_jax.models.decoder import Decoder, attend as dense_attend
+  from compassplay_jax.sampling.slots import windows
+  dtype = jnp.dtype(cache_dtype or cfg.dtype)
+  graphdef, params = nnx.split(nnx.eval_shape(lambda: Decoder(cfg, rngs=nnx.Rngs(0))))
+  params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, jnp.dtype(cfg.dtype)), params)
+  kv, hd = cfg.num_key_value_heads, cfg.head_dim
+  sds = jax.ShapeDtypeStruct
+  i32 = lambda *shape: sds(shape, jnp.int32)
+  longest_cols = max(int(longest * columns), 1)
+  window = min(w for w in windows(columns) if w >= longest_cols)
+
+  def dense(p, cache, tokens, positions, write_at):
+    def attend(i, q, k, v):
+      allowed = (jnp.arange(window)[None, :] <= write_at[:, None])[:, None, :]
+      kc, vc = cache[i].k[:, :window].astype(q.dtype), cache[i].v[:, :window].astype(q.dtype)
+      return dense_attend(q[:, None], kc, vc, allowed)[:, 0], None
+    return forward_one(nnx.merge(graphdef, p), tokens, positions, attend)[0]
+
+  def paged(p, pages, tokens, positions, flat_page, flat_row, flat_start, lengths):
+    def attend(i, q, k, v):
+      return gather_attention(q, pages[i].k, pages[i].v, flat_page, flat_row, flat_start, lengths), None
+    return forward_one(nnx.merge(graphdef, p), tokens, positions, attend)[0]
+
+  def cost(fn, *args):
+    analysis = jax.jit(fn).lower(*args).compile().cost_analysis()
+    analysis = analysis[0] if isinstance(analysis, (list, tuple)) else analysis
+    return float(analysis["bytes accessed"])
+
+  cache = [KVCache(sds((slots, columns, kv, hd), dtype), sds((slots, columns, kv, hd), dtype))
+           for _ in range(cfg.num_hidden_layers)]
+  dense_bytes = cost(dense, params, cache, i32(slots), i32(slots), i32(slots))
+  block = max(1, 64 // page_size)  # as the engine's page_block
+  # The other rows share what is left of fill x slots x columns.
+  others = max(0, int(fill * slots * columns) - longest_cols) // max(slots - 1, 1)
+  counts = [-(-others // page_size)] * (slots - 1) + [-(-longest_cols // page_size)]
+  live = sum(counts)
+  bucket = page_bucket(blocks_for(counts, block))
+  # XLA's cost analysis prices a gather as reading its whole operand (however few rows it takes), so
+  # the pool here holds exactly the pages gathered: a gather that reads only the listed pages, as
+  # the Pallas kernels do. (The engine's pool is larger; the step reads the same pages.)
+  pool = [KVCache(sds((bucket * block, page_size, kv, hd), dtype), sds((bucket * block, page_size, kv, hd), dtype))
+          for _ in range(cfg.num_hidden_layers)]
+  tiny = [KVCache(sds((1, page_size, kv, hd), dtype), sds((1, page_size, kv, hd), dtype))
+          for _ in range(cfg.num_hidden_layers)]
+  paged_bytes = cost(paged, params, pool, i32(slots), i32(slots), i32(bucket, block), i32(bucket), i32(bucket),
+                     i32(slots))
+  base = cost(paged, params, tiny, i32(slots), i32(slots), i32(1, 1), i32(1), i32(1), i32(slots))
+  return dict(dense=dense_bytes, paged=paged_bytes, base=base, window=window, pages=bucket * block, live_pages=live)

@@ -114,8 +114,8 @@ class PageTables:
     ps = self.pool.page_size
     if len(shared) != n_tokens // ps:
       raise ValueError(f"{len(shared)} shared pages for a prompt of {n_tokens} tokens (page size {ps})")
+    own = self.pool.alloc(pages_for(n_tokens, ps) - len(shared))  # first: on OutOfPages nothing is held
     self.pool.share(shared)
-    own = self.pool.alloc(pages_for(n_tokens, ps) - len(shared))
     self.rows[slot] = RowPages(list(shared) + own, n_tokens)
     return self.rows[slot].pages
 

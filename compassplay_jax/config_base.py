@@ -201,6 +201,8 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   # continuous: GB per device for decode slots (KV cache + per-step temporaries); 0 = half the device's
   # free memory where jax reports it (GPU/TPU), else 2 GB (CPU) (sampling/batching.py)
   config.sampling.memory_budget_gb = 0.0
+  # continuous: "dense" (a cache row per slot) | "paged" (a page pool, one device only; docs/sampling.md)
+  config.sampling.kv_layout = "dense"
 
   config.reward = ml_collections.ConfigDict()
   config.reward.name = "compassplay_cos"  # compassplay_cos | compassplay_cos_novelty | difficulty | novelty_only | soar_utility

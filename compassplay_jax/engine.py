@@ -439,8 +439,12 @@ class Engine:
       elif name == "continuous":
         budget_gb = float(sampling.memory_budget_gb)
         budget = int(budget_gb * 2 ** 30) if budget_gb > 0 else batching.device_memory_budget(mesh.devices.flat)
+        kv_layout = sampling.get("kv_layout", "dense")
+        if kv_layout == "paged" and mesh.size > 1:
+          _log.warning("sampling.kv_layout='paged' runs on one device for now; this mesh has %d: dense", mesh.size)
+          kv_layout = "dense"
         self.rollout = make_engine(name, self.graphdef, tokenizer, mesh=mesh, memory_budget_bytes=budget,
-                                   chunk_tokens=sampling.chunk_tokens)
+                                   chunk_tokens=sampling.chunk_tokens, kv_layout=kv_layout)
       else:
         self.rollout = make_engine(name, self.graphdef, tokenizer, device_fns=self.local_sampler)
     return self.rollout

@@ -162,10 +162,15 @@ def run_loop(args, model, tok):
       warm = time.perf_counter() - start
     else:
       options = dict(slots=args.micro_batch) if mode == "loop-cont-equal" else dict(memory_budget_bytes=budget)
+      paged = mode == "loop-paged"
       engine = ContinuousEngine(graphdef, tok, params, chunk_tokens=args.chunk, order="arrival",
-                                refill_threshold=args.refill_threshold, **options)
+                                refill_threshold=args.refill_threshold, kv_layout="paged" if paged else "dense",
+                                page_size=args.page_size, **options)
       start = time.perf_counter()
-      engine.precompile(config, buckets, key, rows=rows)
+      if paged:  # its decode programs depend on the live pages: the same call once compiles what it needs
+        engine.generate(prompts, config, key)
+      else:
+        engine.precompile(config, buckets, key, rows=rows)
       warm = time.perf_counter() - start
     start = time.perf_counter()
     res = engine.generate(prompts, config, key)
@@ -185,6 +190,9 @@ def run_loop(args, model, tok):
     else:
       s = engine.stats
       steps, used, slot_steps, slots, calls = s.decode_steps, s.useful_slot_steps, s.slot_steps, s.slots, s.decode_calls
+      if mode == "loop-paged":
+        print(f"loop-paged: {s.pages} pages of {args.page_size} (peak {s.peak_pages}), {s.preempted} rows "
+              f"preempted, page buckets {dict(sorted(s.page_buckets.items()))}", flush=True)
     results.append((mode, useful / wall, wall, used / slot_steps, steps, calls, slots, warm))
     print(f"{mode}: {useful / wall:.1f} useful tok/s, {wall:.1f}s, utilisation {used / slot_steps:.1%}, "
           f"{steps} decode steps, {slots} slots, {calls} device calls, load {os.getloadavg()[0]:.1f}", flush=True)
@@ -198,7 +206,7 @@ def run_loop(args, model, tok):
     print(f"| {mode} | {tps:.1f} | {wall:.1f} | {ratio} | {util:.1%} | {steps} | {slots} | {calls} | {warm:.1f} |")
 
 
-LOOP_MODES = ("loop-static", "loop-continuous", "loop-cont-equal")
+LOOP_MODES = ("loop-static", "loop-continuous", "loop-cont-equal", "loop-paged")
 
 
 def main():
@@ -216,6 +224,10 @@ def main():
   parser.add_argument("--samples", type=int, default=8, help="loop: completions per prompt")
   parser.add_argument("--budget", type=int, default=512, help="loop: max new tokens of every row")
   parser.add_argument("--micro-batch", type=int, default=32, help="loop: the static engine's rows per call")
+  parser.add_argument("--kv", default=None,
+                      help="loop: KV layouts of the continuous engine to run side by side, e.g. paged,dense "
+                           "(loop-paged and loop-continuous at the same --memory-mb; replaces --modes)")
+  parser.add_argument("--page-size", type=int, default=16, help="loop-paged: columns per KV page")
   parser.add_argument("--max-prompt", type=int, default=512, help="loop: config.sampling.max_prompt_tokens")
   parser.add_argument("--temperature", type=float, default=1.0)
   parser.add_argument("--top-k", type=int, default=50)
@@ -238,7 +250,10 @@ def main():
     from compassplay_jax.models.decoder import init_decoder
     model = init_decoder(ModelConfig(vocab_size=model.config.vocab_size, hidden_size=64, intermediate_size=128), seed=0)
   if args.workload == "loop":
-    args.modes = args.modes or list(LOOP_MODES)
+    if args.kv:
+      layouts = {"paged": "loop-paged", "dense": "loop-continuous"}
+      args.modes = [layouts[x.strip()] for x in args.kv.split(",")]
+    args.modes = args.modes or [m for m in LOOP_MODES if m != "loop-paged"]
     if not set(args.modes) <= set(LOOP_MODES):
       parser.error(f"--workload loop runs modes {LOOP_MODES}")
     return run_loop(args, model, tok)

@@ -611,6 +611,9 @@ class ContinuousEngine(RolloutEngine):
     timed or latency-sensitive call compiles nothing. Runs no decode steps."""
     if self.params is None:
       raise ValueError("ContinuousEngine has no params: call update_params first")
+    if self.kv_layout == "paged":
+      raise NotImplementedError("precompile of the paged engine (its decode programs follow the live pages' "
+                                "bucket): run one call of the workload instead")
     eos_ids = resolve_eos_ids(self.tokenizer, config)
     pad_id = resolve_pad_id(self.tokenizer, eos_ids)
     key = as_prng_key(key)

@@ -281,7 +281,7 @@ def decode_step_bytes(cfg: ModelConfig, *, slots: int, columns: int, fill: float
   kv, hd = cfg.num_key_value_heads, cfg.head_dim
   sds = jax.ShapeDtypeStruct
   i32 = lambda *shape: sds(shape, jnp.int32)
-  longest_cols = max(int(longest * columns), 1)
+  longest_cols = max(int(longest * columns), int(fill * columns), 1)  # (longest < fill: every row at fill)
   window = min(w for w in windows(columns) if w >= longest_cols)
 
   def dense(p, cache, tokens, positions, write_at):

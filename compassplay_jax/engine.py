@@ -48,7 +48,7 @@ _log = logging.getLogger(__name__)
 class EngineSettings:
   """The static knobs of the device functions (everything else is an argument)."""
   train: train_lib.TrainConfig = train_lib.TrainConfig()
-  reward_method: str = "fused"  # fused | direct
+  reward_method: str = "fused"  # fused | direct | auto (cosines_lib.choose_method, per shape)
   reward_chunk_size: int | None = 8  # candidates per chunk inside one cosine pass
   reward_micro_batch: int = 8  # rows per forward/backward of g_ref and of a cosine pass
   norm_mode: str = "auto"
@@ -243,21 +243,29 @@ class Engine:
     self.ahead.wait(jitted)
     return jitted(params, g_ref, tokens, loss_mask, attention_mask)
 
-  def cosines_jit(self, params, rows: int):
-    """The jitted `(params, g_ref, tokens, loss_mask, attention_mask) -> CosineResult` for `rows` candidates."""
+  def cosines_jit(self, params, rows: int, method: str | None = None):
+    """The jitted `(params, g_ref, tokens, loss_mask, attention_mask) -> CosineResult` for `rows` candidates.
+
+    reward.method "auto": a cosines_lib.AutoMethod over the fused and direct programs, which compiles
+    both at each new candidate shape and keeps the one `choose_method` picks (its `choices`)."""
     s = self.settings
     mb = self.reward_micro_batch(rows)
+    method = method or s.reward_method
+    if method == "auto":
+      return self._cached(("cosines", mb, "auto"), lambda: cosines_lib.AutoMethod(
+          lambda m: self.cosines_jit(params, rows, m),
+          memory_budget=cosines_lib.device_memory_budget(self.mesh.devices.flat[0])))
 
     def build():
       p_sh = self.param_shardings(params)
       def gradient_cosines(p, g, t, lm, am):
-        return cosines_lib.gradient_cosines(self.graphdef, p, g, t, lm, am, method=s.reward_method,
+        return cosines_lib.gradient_cosines(self.graphdef, p, g, t, lm, am, method=method,
                                             chunk_size=s.reward_chunk_size, norm_mode=s.norm_mode, micro_batch=mb)
       out = cosines_lib.CosineResult(cosines=self.rows, inner_products=self.rows, sq_norms=self.rows,
                                      ref_sq_norm=self.repl, has_loss_tokens=self.rows)
       # Nothing donated: outputs are (N,) vectors, and params / g_ref live on.
       return sh.jit(gradient_cosines, in_shardings=(p_sh, p_sh, self.rows, self.rows, self.rows), out_shardings=out)
-    return self._cached(("cosines", mb), build)
+    return self._cached(("cosines", mb, method), build)
 
   def mean_loss(self, params, tokens, loss_mask, attention_mask):
     """Mean per-sequence loss over the rows with loss tokens at `params`, forward only (rows: a multiple

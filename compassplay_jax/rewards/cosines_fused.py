@@ -86,6 +86,21 @@ def _gram_sq(a, d):
   return jnp.maximum(jnp.sum(ga * gd, axis=(1, 2)), 0.0)
 
 
+def _sq_and_ip(g, g_ref):
+  """(sum(g * g), sum(g * g_ref)) over all but the leading axis, as ONE variadic reduction.
+
+  g is the chunk's materialised per-example gradient (chunk x d_in x d_out); one reduction with two
+  accumulators reads it once. As two ops (a sum of squares and an einsum against g_ref, which XLA
+  compiles as a separate dot) each re-read g from memory: 3 N P floats of traffic instead of 2 N P,
+  the largest term the fused pass adds to a training step's bytes (docs/rewards.md, "Where the fused
+  pass's time goes").
+  """
+  g_ref = jnp.broadcast_to(g_ref, g.shape)
+  dims = tuple(range(1, g.ndim))
+  zero = jnp.zeros((), g.dtype)
+  return jax.lax.reduce((g * g, g * g_ref), (zero, zero), lambda x, y: (x[0] + y[0], x[1] + y[1]), dims)
+
+
 def _dense_stats(cfg, a, d, g_kernel, g_bias):
   """(N, 2) [||G_i||^2, <G_i, G_ref>] of a dense layer (kernel + optional bias)."""
   a, d, g_kernel = a.astype(_F32), d.astype(_F32), g_kernel.astype(_F32)
@@ -97,7 +112,7 @@ def _dense_stats(cfg, a, d, g_kernel, g_bias):
       ip = jnp.einsum("nto,nto->n", jnp.einsum("nti,io->nto", a, g_kernel), d)
       return jnp.stack([_gram_sq(a, d), ip], -1)
     g = jnp.einsum("nti,nto->nio", a, d)
-    return jnp.stack([jnp.sum(g * g, axis=(1, 2)), jnp.einsum("nio,io->n", g, g_kernel)], -1)
+    return jnp.stack(_sq_and_ip(g, g_kernel), -1)
 
   stats = _chunked(kernel_stats, (a, d), cfg.chunk_size)
   if g_bias is not None:

@@ -133,6 +133,8 @@ def check_config(config) -> None:
         raise ConfigError(f"config.reward.{name}={r[name]}: must be >= 1 for reward.name=soar_utility")
     if not r.soar_inner_lr > 0:
       raise ConfigError(f"config.reward.soar_inner_lr={r.soar_inner_lr}: must be > 0 for reward.name=soar_utility")
+    if r.soar_inner_optimizer not in ("sgd", "adam"):
+      raise ConfigError(f"config.reward.soar_inner_optimizer={r.soar_inner_optimizer!r} is not one of ('sgd', 'adam')")
     if r.soar_heldout_size < 0:
       raise ConfigError(f"config.reward.soar_heldout_size={r.soar_heldout_size} is negative")
     if r.soar_signal not in ("accuracy", "nll"):
@@ -235,6 +237,7 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.reward.soar_inner_steps = 10  # SOAR: 10 inner (RLOO) steps
   config.reward.soar_inner_batch = 8  # SOAR: batch 8 per inner step (0 = the whole group every step)
   config.reward.soar_inner_lr = 1e-4
+  config.reward.soar_inner_optimizer = "sgd"  # sgd | adam (optax.adam(soar_inner_lr), a fresh state per group)
   config.reward.soar_answer_tokens = 1024  # accuracy: greedy tokens per held-out answer
   config.reward.soar_heldout_path = ""
   config.reward.soar_heldout_size = 0  # SOAR: 64 reward questions

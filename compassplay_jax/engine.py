@@ -284,47 +284,60 @@ class Engine:
     return self._cached(("mean_loss", mb), build)
 
   def soar_trained_heldout_loss(self, params, train: dict, heldout: dict, *, steps: int, learning_rate: float,
-                                batch_rows: int = 0):
-    """SOAR's held-out loss after `steps` SGD steps of a copy of `params` on the `train` rows (a group's
-    verified tasks; batch_rows > 0: that many of them per step, rewards/soar.step_rows); placed batches
-    with tokens / loss_mask / attention_mask. Nothing is donated: the outer params are read, never written."""
+                                batch_rows: int = 0, optimizer: str = "sgd", with_change: bool = False):
+    """SOAR's held-out loss after `steps` inner steps (optimizer "sgd" | "adam", rewards/soar.inner_train)
+    of a copy of `params` on the `train` rows (a group's verified tasks; batch_rows > 0: that many of
+    them per step, rewards/soar.step_rows); placed batches with tokens / loss_mask / attention_mask.
+    with_change: (loss, rewards/soar.param_change of the copy). Nothing is donated: the outer params
+    are read, never written."""
     names = ("tokens", "loss_mask", "attention_mask")
-    fn = self.soar_trained_heldout_loss_jit(params, train["tokens"].shape[0], steps, batch_rows)
+    fn = self.soar_trained_heldout_loss_jit(params, train["tokens"].shape[0], steps, batch_rows, optimizer)
     lr = np.asarray(learning_rate, np.float32)
-    return fn(params, lr, *(train[k] for k in names), *(heldout[k] for k in names))
+    loss, change = fn(params, lr, *(train[k] for k in names), *(heldout[k] for k in names))
+    return (loss, change) if with_change else loss
 
-  def soar_trained_heldout_loss_jit(self, params, rows: int, steps: int, batch_rows: int = 0):
+  def soar_trained_heldout_loss_jit(self, params, rows: int, steps: int, batch_rows: int = 0, optimizer: str = "sgd"):
     """The jitted `(params, learning_rate, train tokens / loss_mask / attention_mask, held-out ditto) ->
-    held-out loss` for `rows` train rows."""
+    (held-out loss, param change)` for `rows` train rows."""
     mb = self.reward_micro_batch(rows)
 
     def build():
       def soar_trained_heldout_loss(p, lr, t, lm, am, ht, hlm, ham):
-        return soar_lib.trained_heldout_loss(self.graphdef, p, t, lm, am, ht, hlm, ham, steps=steps,
-                                             learning_rate=lr, micro_batch=mb, batch_rows=batch_rows)
+        return soar_lib.trained_heldout_loss_and_change(self.graphdef, p, t, lm, am, ht, hlm, ham, steps=steps,
+                                                        learning_rate=lr, micro_batch=mb, batch_rows=batch_rows,
+                                                        optimizer=optimizer)
       return sh.jit(soar_trained_heldout_loss, in_shardings=(self.param_shardings(params), self.repl) + (self.rows,) * 6,
                      out_shardings=self.repl)
-    return self._cached(("soar_trained", mb, int(steps), int(batch_rows)), build)
+    return self._cached(("soar_trained", mb, int(steps), int(batch_rows), optimizer), build)
 
-  def soar_trained_params(self, params, train: dict, *, steps: int, learning_rate: float, batch_rows: int = 0):
-    """The solver copy SOAR's accuracy signal decodes with: `params` after `steps` SGD steps on the
+  def soar_trained_params(self, params, train: dict, *, steps: int, learning_rate: float, batch_rows: int = 0,
+                          optimizer: str = "sgd"):
+    """The solver copy SOAR's accuracy signal decodes with: `params` after `steps` inner steps on the
     `train` rows (as soar_trained_heldout_loss), a new pytree laid out like `params`. Nothing is
-    donated: the outer params are read, never written; the copy is one more params' worth of memory."""
+    donated: the outer params are read, never written; the copy is one more params' worth of memory
+    (Adam: three more during the inner steps, its two moments)."""
     names = ("tokens", "loss_mask", "attention_mask")
-    fn = self.soar_trained_params_jit(params, train["tokens"].shape[0], steps, batch_rows)
+    fn = self.soar_trained_params_jit(params, train["tokens"].shape[0], steps, batch_rows, optimizer)
     return fn(params, np.asarray(learning_rate, np.float32), *(train[k] for k in names))
 
-  def soar_trained_params_jit(self, params, rows: int, steps: int, batch_rows: int = 0):
+  def soar_trained_params_jit(self, params, rows: int, steps: int, batch_rows: int = 0, optimizer: str = "sgd"):
     """The jitted `(params, learning_rate, train tokens / loss_mask / attention_mask) -> trained params`."""
     mb = self.reward_micro_batch(rows)
 
     def build():
       p_sh = self.param_shardings(params)
       def soar_trained_params(p, lr, t, lm, am):
-        return soar_lib.inner_sgd(self.graphdef, p, t, lm, am, steps=steps, learning_rate=lr, micro_batch=mb,
-                                  batch_rows=batch_rows)
+        return soar_lib.inner_train(self.graphdef, p, t, lm, am, steps=steps, learning_rate=lr, micro_batch=mb,
+                                    batch_rows=batch_rows, optimizer=optimizer)
       return sh.jit(soar_trained_params, in_shardings=(p_sh, self.repl) + (self.rows,) * 3, out_shardings=p_sh)
-    return self._cached(("soar_params", mb, int(steps), int(batch_rows)), build)
+    return self._cached(("soar_params", mb, int(steps), int(batch_rows), optimizer), build)
+
+  def soar_param_change(self, params, trained) -> dict:
+    """rewards/soar.param_change(params, trained): how far a SOAR copy moved (replicated scalars)."""
+    def build():
+      p_sh = self.param_shardings(params)
+      return sh.jit(soar_lib.param_change, in_shardings=(p_sh, p_sh), out_shardings=self.repl)
+    return self._cached(("soar_change",), build)(params, trained)
 
   def train_step(self, params, opt_state, batch, key):
     """One optimizer update on a padded batch (rows: a multiple of the train micro-batch); donates

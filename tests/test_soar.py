@@ -145,7 +145,9 @@ def test_heldout_group_earns_more_than_unrelated_tasks_and_outer_params_stay():
   improvement, metrics = soar_measure.measure(engine, params, candidates, options, pad_id=PAD, max_len=64,
                                               reward_cfg=RewardConfig())
   same, other = metrics["soar/group_improvements"]
-  assert metrics["soar/groups"] == 2
+  assert metrics["soar/groups"] == 2 and metrics["soar/distinct_rewards"] == 2 and metrics["soar/zero_groups"] == 0
+  assert metrics["soar/param_change_l2"] > 0 and 0 < metrics["soar/param_change_rms_rel"] < 1
+  assert 0 < metrics["soar/param_bf16_changed"] <= 1 and metrics["soar/param_change_max_ulp"] > 1
   assert same > other and same > 0, (same, other)
   np.testing.assert_array_equal(improvement, np.float32([same] * 4 + [other] * 4))
   for a, b in zip(before_params, _host(params)):  # the inner training trained a copy
@@ -158,6 +160,53 @@ def test_heldout_group_earns_more_than_unrelated_tasks_and_outer_params_stay():
   want = _oracle(graphdef, params, heldout, heldout, 3, 0.5, batch_rows=3)
   np.testing.assert_allclose(m["soar/group_improvements"], [want], atol=1e-5)
   assert abs(want - same) > 1e-4
+
+
+# ---- the inner optimizer and how far the copy moves (issue 50 item 3) ---------------------------
+
+def test_adam_inner_steps_equal_a_naive_optax_loop_and_move_weights_by_about_lr():
+  """optimizer "adam": a fresh optax.adam(lr) state, steps on step_rows; the same as a Python loop of
+  jax.grad + optax.adam over the rows it names. Adam's first step moves (almost) every weight by lr."""
+  import optax
+  graphdef, params = _model()
+  train = _seqs(6, 3, 1, 64)
+  t = _packed(train)
+  run = lambda steps: jax.jit(lambda p: soar.inner_train(
+      graphdef, p, t["tokens"], t["loss_mask"], t["attention_mask"], steps=steps, learning_rate=1e-3,
+      micro_batch=2, batch_rows=2, optimizer="adam"))(params)
+  got = run(3)
+  tx = optax.adam(1e-3)
+  want, state = params, tx.init(params)
+  for rows in ([0, 1], [2, 0], [1, 2]):
+    g = jax.grad(lambda q, pairs=[train[i] for i in rows]: _mean_loss(graphdef, q, pairs))(want)
+    updates, state = tx.update(g, state, want)
+    want = optax.apply_updates(want, updates)
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=2e-5)  # 2% of lr: sign-like steps
+  step = np.concatenate([np.abs(np.asarray(a) - np.asarray(b)).ravel()
+                         for a, b in zip(jax.tree.leaves(run(1)), jax.tree.leaves(params))])
+  assert np.median(step) > 0.9e-3 and step.max() < 1.01e-3  # ~lr each, whatever the gradient's scale
+  with pytest.raises(ValueError, match="inner optimizer"):
+    soar.inner_train(graphdef, params, t["tokens"], t["loss_mask"], t["attention_mask"], steps=1,
+                     learning_rate=1e-3, optimizer="adagrad")
+
+
+def test_param_change_against_numpy():
+  """l2, RMS ratio, the largest change in bf16 ulps and the fraction of weights whose bf16 value changes,
+  on weights whose bf16 spacing is known: at 1.0 the spacing is 2^-7, at 0.5 it is 2^-8."""
+  before = {"a": jnp.float32([1.0, 1.0, 0.5, 0.5]), "b": jnp.float32([[1.0, -1.0]])}
+  delta = {"a": jnp.float32([2.0 ** -9, 2.0 ** -6, 0.0, 2.0 ** -8]), "b": jnp.float32([[0.0, -2.0 ** -7]])}
+  after = jax.tree.map(lambda x, d: x + d, before, delta)
+  got = {k: float(v) for k, v in jax.jit(soar.param_change)(before, after).items()}
+  d = np.concatenate([np.ravel(x) for x in jax.tree.leaves(delta)])
+  b = np.concatenate([np.ravel(x) for x in jax.tree.leaves(before)])
+  np.testing.assert_allclose(got["l2"], np.linalg.norm(d), rtol=1e-6)
+  np.testing.assert_allclose(got["rms_rel"], np.linalg.norm(d) / np.linalg.norm(b), rtol=1e-6)
+  np.testing.assert_allclose(got["max_ulp"], 2.0, rtol=1e-6)  # 2^-6 at 1.0 is two ulps; 2^-8 at 0.5 one
+  # bf16 changes: 2^-6 at 1.0, 2^-8 at 0.5, 2^-7 at -1.0; not 2^-9 at 1.0 (under half an ulp), not 0
+  assert got["bf16_changed"] == 3 / 6
+  np.testing.assert_array_equal(np.asarray(soar.bf16_ulp(jnp.float32([1.0, 0.75, 0.5, -3.0]))),
+                                np.float32([2.0 ** -7, 2.0 ** -8, 2.0 ** -8, 2.0 ** -6]))
 
 
 # ---- the accuracy signal: greedy held-out answers, checked --------------------------------------
@@ -230,6 +279,10 @@ def test_accuracy_signal_equals_greedy_answers_checked_naively():
   assert want == [0.5, 0.0], want
   assert metrics["soar/signal"] == "accuracy" and metrics["soar/heldout_accuracy"] == before == 0.0
   assert metrics["soar/group_improvements"] == want and metrics["soar/distinct_values"] == 2
+  assert metrics["soar/distinct_rewards"] == 2 and metrics["soar/zero_groups"] == 1
+  # The taught copy's answers changed (it now writes \boxed{7}); every copy moved its weights.
+  assert 0 < metrics["soar/answers_changed"] <= 1 and 0 < metrics["soar/final_answers_changed"] <= 1
+  assert metrics["soar/param_change_l2"] > 0
   np.testing.assert_array_equal(improvement, np.float32([0.5, 0.5, 0.0, 0.0]))
   assert metrics["soar/heldout_answers"] == 2 * 3 and metrics["soar/inner_sgd_steps"] == 2 * steps
   assert metrics["soar/seconds"] > 0
@@ -393,7 +446,8 @@ def test_heldout_set_never_holds_a_reference_problem(signal):
 
 @pytest.mark.parametrize("field,value,message", [
     ("soar_signal", "loss", "is not one of ('accuracy', 'nll')"), ("soar_inner_batch", -1, "is negative"),
-    ("soar_answer_tokens", 0, "must be >= 1")])
+    ("soar_answer_tokens", 0, "must be >= 1"),
+    ("soar_inner_optimizer", "adamw", "is not one of ('sgd', 'adam')")])
 def test_bad_new_soar_fields_are_refused_at_start_up(field, value, message):
   config = _config("coding:tiny", **{"reward.name": "soar_utility", f"reward.{field}": value})
   with pytest.raises(ConfigError, match=f"config.reward.{field}") as e:

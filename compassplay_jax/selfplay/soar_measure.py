@@ -2,9 +2,9 @@
 
 The candidates SOAR pays (valid ones; with RewardConfig.soar_uses_band also 0 < s < 1) are taken in
 proposal order and cut into groups of config.reward.soar_group_size. For each group a copy of the
-solver takes soar_inner_steps SGD steps on the group's verified tasks (each candidate's
-`solution`: solver prompt + verified completion, loss on the completion; soar_inner_batch of them per
-step), and every member's `heldout_improvement` is the copy's held-out score minus the current
+solver takes soar_inner_steps inner steps (soar_inner_optimizer: plain SGD or Adam from a fresh state)
+on the group's verified tasks (each candidate's `solution`: solver prompt + verified completion, loss
+on the completion; soar_inner_batch of them per step), and every member's `heldout_improvement` is the copy's held-out score minus the current
 solver's: greedy accuracy on held-out problems (reward.soar_signal = "accuracy", SOAR's reward), or
 the held-out gold solutions' NLL before minus after ("nll"). The held-out problems are drawn apart
 from the cosine's reference set (`heldout_problems`). Device work goes through the engine; rows are
@@ -101,10 +101,15 @@ def heldout_correct(engine, params, heldout: HeldoutAnswers) -> np.ndarray:
   """(H,) bool: each held-out problem answered greedily at `params`, the answer extracted as AZR's
   math evaluation does (evals/prompts.extract_math_answer) and checked against the gold answer by
   math-verify outside this process."""
+  return heldout_answers(engine, params, heldout)[1]
+
+
+def heldout_answers(engine, params, heldout: HeldoutAnswers) -> tuple[list[str], np.ndarray]:
+  """(the H greedy texts at `params`, heldout_correct's (H,) bool)."""
   texts = engine.greedy_texts(params, heldout.tokenizer, list(heldout.prompts), heldout.max_new_tokens,
                               heldout.batch_size)
   predictions = [extract_math_answer(t) for t in texts]
-  return np.asarray(heldout.checker.check_batch(list(zip(heldout.answers, predictions))), bool)
+  return list(texts), np.asarray(heldout.checker.check_batch(list(zip(heldout.answers, predictions))), bool)
 
 
 # ---- the measurement -------------------------------------------------------------------------------
@@ -128,13 +133,21 @@ def paid(candidates, reward_cfg: RewardConfig) -> list[int]:
 def measure(engine, params, candidates: Sequence, options, *, pad_id: int, max_len: int,
             reward_cfg: RewardConfig) -> tuple[np.ndarray, dict]:
   """(heldout_improvement per candidate (0 where not measured), metrics). `options`: the reward
-  stage's step.SoarOptions (held-out set, group size, inner steps, learning rate and batch; with
-  `accuracy` set, the accuracy signal on those held-out answers, else the NLL of options.heldout).
+  stage's step.SoarOptions (held-out set, group size, inner steps, learning rate, batch and, when it
+  has one, `optimizer` ("sgd" when absent); with `accuracy` set, the accuracy signal on those held-out
+  answers, else the NLL of options.heldout).
 
   Metrics: soar/signal, soar/groups, soar/group_improvements (in group order), soar/improvement_mean,
-  soar/distinct_values, soar/heldout_accuracy or soar/heldout_loss (the current solver's), and the
-  cost: soar/seconds (this measurement's wall time; also time/soar), soar/seconds_per_group,
-  soar/inner_sgd_steps, soar/heldout_answers (greedy held-out answers decoded; accuracy) or
+  soar/distinct_rewards (distinct group values: the distinct SOAR rewards this step pays; also under
+  its old name soar/distinct_values), soar/zero_groups (groups whose value is exactly 0),
+  soar/heldout_accuracy or soar/heldout_loss (the current solver's); how far the copies moved, means
+  over groups (rewards/soar.param_change): soar/param_change_l2, soar/param_change_rms_rel,
+  soar/param_bf16_changed (fraction of weights whose bfloat16 value changed), soar/param_change_max_ulp
+  (the largest over groups, in bf16 ulps of the weight); accuracy only: soar/answers_changed (fraction
+  of the held-out greedy texts that differ from the current solver's, mean over groups) and
+  soar/final_answers_changed (ditto for the extracted final answers); and the cost: soar/seconds (this
+  measurement's wall time; also time/soar), soar/seconds_per_group, soar/inner_sgd_steps (inner steps,
+  whatever the optimizer), soar/heldout_answers (greedy held-out answers decoded; accuracy) or
   soar/heldout_passes (held-out forward passes; nll)."""
   t0 = time.time()
   improvement = np.zeros((len(candidates),), np.float32)
@@ -144,20 +157,33 @@ def measure(engine, params, candidates: Sequence, options, *, pad_id: int, max_l
   if not members:
     return improvement, {"soar/signal": signal, "soar/groups": 0, "soar/seconds": time.time() - t0}
   inner = dict(steps=options.steps, learning_rate=options.learning_rate,
-               batch_rows=getattr(options, "batch_rows", 0))
+               batch_rows=getattr(options, "batch_rows", 0), optimizer=getattr(options, "optimizer", "sgd"))
+  changes, answers_changed, finals_changed = [], [], []
+
+  def record(change):
+    changes.append({k: float(distributed.to_host(v)) for k, v in change.items()})
+
   if accuracy is None:
     held = _place(engine, options.heldout.as_dict(), pad_id)
     before = float(distributed.to_host(engine.mean_loss(params, held["tokens"], held["loss_mask"],
                                                         held["attention_mask"])))
 
     def gain(train):
-      return before - float(distributed.to_host(engine.soar_trained_heldout_loss(params, train, held, **inner)))
+      loss, change = engine.soar_trained_heldout_loss(params, train, held, with_change=True, **inner)
+      record(change)
+      return before - float(distributed.to_host(loss))
   else:
-    before = float(np.mean(heldout_correct(engine, params, accuracy)))
+    texts0, correct0 = heldout_answers(engine, params, accuracy)
+    before = float(np.mean(correct0))
+    finals0 = [extract_math_answer(t) for t in texts0]
 
     def gain(train):
       trained = engine.soar_trained_params(params, train, **inner)
-      return float(np.mean(heldout_correct(engine, trained, accuracy))) - before
+      record(engine.soar_param_change(params, trained))
+      texts, correct = heldout_answers(engine, trained, accuracy)
+      answers_changed.append(float(np.mean([a != b for a, b in zip(texts, texts0)])))
+      finals_changed.append(float(np.mean([extract_math_answer(t) != f for t, f in zip(texts, finals0)])))
+      return float(np.mean(correct)) - before
 
   packed = pack([candidates[i].solution[0] for i in members], [candidates[i].solution[1] for i in members],
                 pad_id, max_len=max_len, buckets=TRAIN_BUCKETS)
@@ -168,11 +194,19 @@ def measure(engine, params, candidates: Sequence, options, *, pad_id: int, max_l
     improvements.append(value)
     improvement[[members[j] for j in group]] = value
   n, seconds = len(improvements), time.time() - t0
+  distinct = len(set(improvements))
   metrics = {"soar/signal": signal, "soar/groups": n, "soar/group_improvements": improvements,
-             "soar/improvement_mean": float(np.mean(improvements)), "soar/distinct_values": len(set(improvements)),
+             "soar/improvement_mean": float(np.mean(improvements)), "soar/distinct_rewards": distinct,
+             "soar/distinct_values": distinct, "soar/zero_groups": sum(v == 0 for v in improvements),
              "soar/seconds": seconds, "soar/seconds_per_group": seconds / n, "soar/inner_sgd_steps": n * options.steps}
+  metrics.update({"soar/param_change_l2": float(np.mean([c["l2"] for c in changes])),
+                  "soar/param_change_rms_rel": float(np.mean([c["rms_rel"] for c in changes])),
+                  "soar/param_bf16_changed": float(np.mean([c["bf16_changed"] for c in changes])),
+                  "soar/param_change_max_ulp": float(np.max([c["max_ulp"] for c in changes]))})
   if accuracy is None:
     metrics.update({"soar/heldout_loss": before, "soar/heldout_passes": n + 1})
   else:
-    metrics.update({"soar/heldout_accuracy": before, "soar/heldout_answers": len(accuracy.prompts) * (n + 1)})
+    metrics.update({"soar/heldout_accuracy": before, "soar/heldout_answers": len(accuracy.prompts) * (n + 1),
+                    "soar/answers_changed": float(np.mean(answers_changed)),
+                    "soar/final_answers_changed": float(np.mean(finals_changed))})
   return improvement, metrics

@@ -36,3 +36,16 @@ def test_bootstrap_interval_is_deterministic_and_brackets_rho():
   assert rows == proxy.proxy_rows(y[:, None], [1e-5], {"x": x, "-x": -x}, resamples=200, seed=0)
   # The same resamples serve every proxy (paired): the interval of -x mirrors that of x.
   assert math.isclose(rows[0]["low"], -rows[1]["high"]) and math.isclose(rows[0]["high"], -rows[1]["low"])
+
+
+def test_permutation_pvalue_exact_and_sampled():
+  # n = 4, a perfect ordering: of the 24 pairings, exactly 2 reach |rho| = 1 (same and reversed order).
+  assert math.isclose(proxy.permutation_pvalue([1, 2, 3, 4], [10, 20, 30, 40]), 2 / 24)
+  assert math.isclose(proxy.permutation_pvalue([1, 2, 3, 4], [40, 30, 20, 10]), 2 / 24)
+  assert math.isnan(proxy.permutation_pvalue([1, 1, 1], [1, 2, 3]))
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=12)
+  y = x + rng.normal(scale=0.3, size=12)
+  p = proxy.permutation_pvalue(x, y, resamples=300, seed=1)
+  assert p == proxy.permutation_pvalue(x, y, resamples=300, seed=1)  # reproducible by its seed
+  assert 0 < p < 0.05

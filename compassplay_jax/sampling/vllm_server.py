@@ -24,12 +24,38 @@ if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(
 
 
 def _load_weights(worker, path):
-  """Runs inside vLLM's worker (collective_rpc): the safetensors file's tensors into the live model
-  through vLLM's in-place reload (layer by layer, then each layer's own post-load processing: on CPU
-  the linear weights are repacked for oneDNN, so a plain model.load_weights cannot write them)."""
+  """Runs inside vLLM's worker (collective_rpc): the safetensors file's tensors into the live model.
+
+  On CPU vLLM packs each linear layer's weight for oneDNN after loading and drops the plain one (its
+  `weight` is then empty), so the model's own load_weights cannot write them, and vLLM's in-place
+  reload (reload_weights) was measured to leave the model computing with stale packed weights. Here
+  each packed layer gets a plain weight back, the model's load_weights fills every parameter (its
+  loaders stack q/k/v and gate/up), and the layers are packed again (the tied embedding's lm_head
+  product too)."""
+  import torch
   from safetensors.torch import load_file
+  from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+  model = worker.model_runner.get_model()
   tensors = load_file(path)
-  worker.reload_weights(weights_iterator=iter(tensors.items()), is_checkpoint_format=True)
+  if worker.device.type != "cpu":
+    worker.reload_weights(weights_iterator=iter(tensors.items()), is_checkpoint_format=True)
+    return len(tensors)
+  packed = []
+  for module in model.modules():
+    if not hasattr(module, "cpu_linear"):
+      continue
+    weight = module.weight
+    if weight.numel() == 0:  # dropped after packing: a plain one to load into
+      shape = (module.output_size_per_partition, module.input_size_per_partition)
+      fresh = torch.nn.Parameter(torch.empty(shape, dtype=weight.dtype), requires_grad=False)
+      fresh.weight_loader, fresh.input_dim, fresh.output_dim = module.weight_loader, 1, 0  # vLLM's weight attrs
+      module.weight = fresh
+      packed.append((module, True))
+    else:
+      packed.append((module, False))
+  model.load_weights(iter(tensors.items()))
+  for module, remove in packed:
+    dispatch_cpu_unquantized_gemm(module, remove_weight=remove)
   return len(tensors)
 
 

@@ -37,10 +37,7 @@ def _load_weights(worker, path):
   from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
   model = worker.model_runner.get_model()
   tensors = load_file(path)
-  if worker.device.type != "cpu":
-    worker.reload_weights(weights_iterator=iter(tensors.items()), is_checkpoint_format=True)
-    return len(tensors)
-  packed = []
+  packed = []  # stays empty on GPU: load_weights writes the weights in place there
   for module in model.modules():
     if not hasattr(module, "cpu_linear"):
       continue

@@ -108,7 +108,8 @@ def bf16_ulp(x):
 
 def param_change(before, after) -> dict:
   """How far a SOAR copy moved (scalars, float32): "l2" = ||after - before||_2 over all weights,
-  "rms_rel" = RMS(after - before) / RMS(before), "max_ulp" = max |after - before| / bf16_ulp(before),
+  "rms_rel" = RMS(after - before) / RMS(before), "max_ulp" = max |after - before| / bf16_ulp(before)
+  over the nonzero weights,
   "bf16_changed" = the fraction of weights whose bfloat16 value differs (what a bf16 decode sees)."""
   f32 = jnp.float32
   pairs = list(zip(jax.tree.leaves(before), jax.tree.leaves(after)))
@@ -118,7 +119,9 @@ def param_change(before, after) -> dict:
   # Per-leaf counts in int32 (a leaf < 2^31 weights), summed as float32 (7B totals pass 2^31).
   changed = sum(jnp.sum(b.astype(jnp.bfloat16) != a.astype(jnp.bfloat16), dtype=jnp.int32).astype(f32)
                 for b, a in pairs)
-  max_ulp = jnp.max(jnp.stack([jnp.max(jnp.abs(a.astype(f32) - b.astype(f32)) / bf16_ulp(b)) for b, a in pairs]))
+  # Weights that are exactly 0 have no meaningful ulp (bf16's spacing at 0 is ~1e-38): left out of max_ulp.
+  max_ulp = jnp.max(jnp.stack([jnp.max(jnp.where(b != 0, jnp.abs(a.astype(f32) - b.astype(f32)) / bf16_ulp(b), 0.0))
+                               for b, a in pairs]))
   return {"l2": jnp.sqrt(sq_d), "rms_rel": jnp.sqrt(sq_d / jnp.maximum(sq_b, 1e-30)), "max_ulp": max_ulp,
           "bf16_changed": changed / n}
 

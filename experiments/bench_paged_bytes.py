@@ -8,6 +8,12 @@ filled `--longest` of them (1.0: a long tail's longest row, which sets the dense
 part" = step bytes minus the step's bytes with nothing to attend to (weights, activations, logits).
 
   python experiments/bench_paged_bytes.py --model qwen2.5-coder-7b --slots 32 --columns 16384
+
+--cpu-step: instead, time one decode chunk (8 steps) of each layout on this machine at SmolLM2-135M's
+shapes (random weights, fp32): 32 live rows of 100..1000 columns and one of 1900 (the long tail's
+longest, which sets the dense window: 2048), interleaved, 3 repeats.
+
+  python experiments/bench_paged_bytes.py --cpu-step
 """
 from __future__ import annotations
 
@@ -17,6 +23,64 @@ import time
 
 from compassplay_jax.memory_report import PAPER_MODELS
 from compassplay_jax.sampling.paged_slots import decode_step_bytes
+
+
+def cpu_step(repeats: int = 3, slots: int = 32, columns: int = 2048, chunk: int = 8, page_size: int = 16):
+  import os
+
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from flax import nnx
+
+  from compassplay_jax.models.config import ModelConfig
+  from compassplay_jax.models.decoder import init_decoder
+  from compassplay_jax.sampling import paged_slots, slots as slots_lib
+  from compassplay_jax.sampling.config import SamplingConfig
+  from compassplay_jax.sampling.paged_kernels import blocks_for, flat_blocks
+  cfg = ModelConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                    num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True)
+  graphdef, params = nnx.split(init_decoder(cfg, seed=0))
+  lens = np.random.default_rng(0).integers(100, 1000, slots)
+  lens[0] = columns - columns // 16
+  sampler = SamplingConfig(temperature=1.0, top_k=50).sampler
+  key = jax.random.key(0)
+
+  def arm(st, field):
+    return st._replace(**{field: jnp.array(lens, jnp.int32)}, positions=jnp.array(lens, jnp.int32),
+                       done=jnp.zeros(slots, bool), budget=jnp.full(slots, 10 ** 6, jnp.int32),
+                       count=jnp.ones(slots, jnp.int32))
+  dense = arm(jax.jit(lambda k: slots_lib.init_slots(k, cfg=cfg, slots=slots, length=columns, chunk=chunk,
+                                                     cache_dtype="float32"))(key), "write_at")
+  dense_fn = jax.jit(lambda p, s, h, r: slots_lib.decode_chunk(graphdef, p, s, h, r, sampler=sampler, eos_ids=(),
+                                                               window=columns), donate_argnums=(1,))
+  row_pages = -(-columns // page_size)
+  paged = arm(jax.jit(lambda k: paged_slots.init_paged(k, cfg=cfg, slots=slots, num_pages=slots * row_pages + 1,
+                                                       page_size=page_size, chunk=chunk, cache_dtype="float32"))(key),
+              "length")
+  table = (1 + np.arange(slots * row_pages).reshape(slots, row_pages)).astype(np.int32)
+  counts = -(-(lens + chunk) // page_size)
+  block = max(1, 64 // page_size)
+  flat = flat_blocks(table, counts, paged_slots.page_bucket(blocks_for(counts, block)), page_size, block)
+  base = (lens // page_size).astype(np.int32)
+  write = np.stack([table[b, base[b]:base[b] + paged_slots.write_columns(chunk, page_size)] for b in range(slots)])
+  paged_fn = jax.jit(lambda p, s, *r: paged_slots.decode_paged(graphdef, p, s, *r, sampler=sampler, eos_ids=()),
+                     donate_argnums=(1,))
+  host_done, refill = np.zeros(slots, bool), np.int32(slots + 1)
+  print(f"SmolLM2-135M shapes, {slots} rows of {lens.min()}..{lens.max()} columns, dense window {columns}, "
+        f"pages of {page_size}, {chunk}-step chunks")
+  for rep in range(repeats + 1):
+    dense = dense._replace(write_at=jnp.array(lens, jnp.int32))
+    paged = paged._replace(length=jnp.array(lens, jnp.int32))
+    t = time.perf_counter()
+    dense = jax.block_until_ready(dense_fn(params, dense, host_done, refill)[0])
+    t_dense = time.perf_counter() - t
+    t = time.perf_counter()
+    paged = jax.block_until_ready(paged_fn(params, paged, host_done, refill, write, base, *flat)[0])
+    t_paged = time.perf_counter() - t
+    what = "compile + run" if rep == 0 else f"repeat {rep}"
+    print(f"{what}: dense {t_dense / chunk * 1e3:.0f} ms/step, paged {t_paged / chunk * 1e3:.0f} ms/step "
+          f"(load average {os.getloadavg()[0]:.1f})", flush=True)
 
 
 def main(argv=None):
@@ -29,7 +93,10 @@ def main(argv=None):
   ap.add_argument("--page-size", type=int, default=16)
   ap.add_argument("--dtype", default="bfloat16", help="compute and cache dtype")
   ap.add_argument("--json", default=None)
+  ap.add_argument("--cpu-step", action="store_true", help="time a decode chunk of each layout instead (see above)")
   args = ap.parse_args(argv)
+  if args.cpu_step:
+    return cpu_step()
   cfg = PAPER_MODELS[args.model].replace(dtype=args.dtype)
   rows = []
   print("| fill | dense window | live pages (bucket) | dense step GB | paged step GB | paged / dense | "

@@ -136,32 +136,34 @@ def run(args) -> dict:
                                          ref_params=session.ref_params)
         return _reference_loss(engine, p, held), p, o
 
-      without = []
-      for i in band:
-        a, b = spans[i]
-        loss, p, o = after(rows[:a] + rows[b:])
-        del p, o
-        without.append(loss)
-        print(f"[premise] seed {args.seed} step {step}: candidate {i} ({b - a} rows) L_ref without it {loss:.7f} "
-              f"({time.time() - t0:.0f} s)", flush=True)
-      repeat = after(rows)[0] if band else None  # the noise floor: the same update again
-      full_loss, new_params, new_opt = after(rows, donate=True)
-      session.params, session.opt_state, session.step_count = new_params, new_opt, step
+      # update(all rows) first, from copies: every candidate's utility is saved as it is measured (a
+      # process killed mid-step, e.g. for memory on a shared machine, keeps what it measured).
+      full_loss = after(rows)[0]
       cands = []
+      entry = {"step": step, "rows": len(rows), "proposer_rows": spans[-1][1], "candidates": len(verified.candidates),
+               "valid": int(sum(c.valid for c in verified.candidates)), "in_band": len(band),
+               "loss_before": before, "loss_full": full_loss, "loss_full_repeat": None, "measured": cands}
+      record["steps"].append(entry)
       for k, i in enumerate(band):
         c, (a, b) = verified.candidates[i], spans[i]
+        loss, p, o = after(rows[:a] + rows[b:])
+        del p, o
         cands.append({"index": i, "group": c.group, "solve_rate": float(c.solve_rate), "jaccard": float(c.jaccard),
                       "formatted": bool(c.formatted), "eligible": bool(scores.eligible[i]),
                       "step_cosine": float(scores.cosine[i]), "reward": float(scores.reward[i]),
                       "cosine": float(stats["cosines"][k]), "inner_product": float(stats["inner_products"][k]),
                       "sq_norm": float(stats["sq_norms"][k]), "rows": b - a,
                       "advantages": [float(r.advantage) for r in full[a:b]],
-                      "loss_without": without[k], "utility": without[k] - full_loss})
-      record["steps"].append({"step": step, "rows": len(rows), "proposer_rows": spans[-1][1],
-                              "candidates": len(verified.candidates),
-                              "valid": int(sum(c.valid for c in verified.candidates)), "in_band": len(band),
-                              "loss_before": before, "loss_full": full_loss, "loss_full_repeat": repeat,
-                              "wall_s": time.time() - t0, "load_1min": os.getloadavg()[0], "measured": cands})
+                      "loss_without": loss, "utility": loss - full_loss})
+        entry.update(wall_s=time.time() - t0, load_1min=os.getloadavg()[0])
+        pvu._write_json(out / STEPS, record)
+        print(f"[premise] seed {args.seed} step {step}: candidate {i} ({b - a} rows) L_ref without it {loss:.7f} "
+              f"({time.time() - t0:.0f} s)", flush=True)
+      # The same update again, now on the step's own buffers (donated): the noise floor, and the
+      # params and optimizer state the session continues from, as the trainer does.
+      repeat, new_params, new_opt = after(rows, donate=True)
+      session.params, session.opt_state, session.step_count = new_params, new_opt, step
+      entry.update(loss_full_repeat=repeat, wall_s=time.time() - t0, load_1min=os.getloadavg()[0])
       pvu._write_json(out / STEPS, record)
       print(f"[premise] seed {args.seed} step {step}: {len(band)} in band of {len(verified.candidates)}, {len(rows)} rows; "
             f"L_ref {before:.6f} -> {full_loss:.6f} (repeat {repeat}); {time.time() - t0:.0f} s (load {pvu._load()})",

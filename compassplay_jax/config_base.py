@@ -227,7 +227,7 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.reward.max_completion_tokens = 1024  # candidate solution tokens used for g(x) (0 = sampling.max_new_tokens)
   # SOAR's measured reward (reward.name = soar_utility; rewards/soar.py, docs/rewards.md): valid
   # candidates in proposal order are cut into groups; per group a copy of the solver takes
-  # soar_inner_steps plain SGD steps (lr soar_inner_lr, soar_inner_batch rows each) on the group's
+  # soar_inner_steps inner steps (soar_inner_optimizer, lr soar_inner_lr, soar_inner_batch rows each) on the group's
   # verified tasks, and the group's reward is the copy's held-out gain: greedy accuracy (soar_signal
   # "accuracy", SOAR's reward) or the drop of the gold-solution NLL ("nll"). Held-out: soar_heldout_size
   # problems of soar_heldout_path ("" / 0 = reward.reference_path / reward.reference_size), never one
@@ -236,8 +236,10 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.reward.soar_group_size = 64  # SOAR: data sets of n = 64 generated pairs
   config.reward.soar_inner_steps = 10  # SOAR: 10 inner (RLOO) steps
   config.reward.soar_inner_batch = 8  # SOAR: batch 8 per inner step (0 = the whole group every step)
-  config.reward.soar_inner_lr = 1e-4
-  config.reward.soar_inner_optimizer = "sgd"  # sgd | adam (optax.adam(soar_inner_lr), a fresh state per group)
+  # Adam at 1e-5: measured, plain SGD at 1e-4 moves a copy by ~1e-5 of its weights, far below bf16's step
+  # at 7B (docs/rewards.md, "Does the copy move?"); "sgd" with lr 1e-4 is the old behaviour.
+  config.reward.soar_inner_optimizer = "adam"  # sgd | adam (optax.adam(soar_inner_lr), a fresh state per group)
+  config.reward.soar_inner_lr = 1e-5
   config.reward.soar_answer_tokens = 1024  # accuracy: greedy tokens per held-out answer
   config.reward.soar_heldout_path = ""
   config.reward.soar_heldout_size = 0  # SOAR: 64 reward questions

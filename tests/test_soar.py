@@ -338,7 +338,7 @@ def test_coding_step_pays_each_group_its_measured_improvement():
   from compassplay_jax.verifiers.sandbox import SandboxPool
   config = _config("coding:tiny", **{"reward.name": "soar_utility", "reward.soar_signal": "nll",
                                      "reward.soar_group_size": 2, "reward.soar_inner_steps": 2,
-                                     "reward.soar_inner_batch": 0, "reward.soar_inner_lr": 0.05})
+                                     "reward.soar_inner_batch": 0, "reward.soar_inner_lr": 0.05, "reward.soar_inner_optimizer": "sgd"})
   config_base.check_config(config)
   model, tokenizer = build_model(config)
   graphdef, params = nnx.split(model)
@@ -375,7 +375,7 @@ def test_coding_step_with_the_accuracy_signal_decodes_the_heldout_set_per_group(
   from compassplay_jax.verifiers.sandbox import SandboxPool
   config = _config("coding:tiny", **{"reward.name": "soar_utility", "reward.soar_signal": "accuracy",
                                      "reward.soar_group_size": 2, "reward.soar_inner_steps": 2,
-                                     "reward.soar_inner_batch": 1, "reward.soar_inner_lr": 0.05,
+                                     "reward.soar_inner_batch": 1, "reward.soar_inner_lr": 0.05, "reward.soar_inner_optimizer": "sgd",
                                      "reward.soar_answer_tokens": 4, "eval.num_workers": 1})
   config_base.check_config(config)
   model, tokenizer = build_model(config)

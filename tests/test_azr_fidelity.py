@@ -95,3 +95,17 @@ def test_verl_aggregation_weighs_groups_as_verl_does():
   np.testing.assert_allclose(ours(logits), verl(logits), rtol=1e-6)
   np.testing.assert_allclose(jax.grad(ours)(logits), jax.grad(verl)(logits), rtol=1e-5, atol=1e-7)
   assert abs(float(plain(logits)) - float(verl(logits))) > 1e-3  # the plain token mean is another loss
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_soar_inner_optimizer_reaches_the_measurement(optimizer):
+  """reward.soar_inner_optimizer is what the loop's SOAR measurement trains its copies with (the
+  setting's ScoreOptions carry it to soar_measure)."""
+  from types import SimpleNamespace
+  from compassplay_jax.selfplay.coding import CodingSelfPlay
+  config = _config("demo")
+  config.reward.name, config.reward.soar_inner_optimizer = "soar_utility", optimizer
+  play = object.__new__(CodingSelfPlay)
+  play.config, play.tokenizer, play.local = config, SimpleNamespace(pad_token_id=0), False
+  play.soar_heldout = play.soar_answers = None
+  assert play.scoring().soar.optimizer == optimizer

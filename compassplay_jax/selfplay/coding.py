@@ -412,7 +412,7 @@ class CodingSelfPlay:
     r = self.config.reward
     soar = (step_lib.SoarOptions(self.soar_heldout, group_size=r.soar_group_size, steps=r.soar_inner_steps,
                                  learning_rate=r.soar_inner_lr, batch_rows=r.soar_inner_batch,
-                                 accuracy=self.soar_answers)
+                                 accuracy=self.soar_answers, optimizer=r.soar_inner_optimizer)
             if r.name == soar_measure.NAME else None)
     return step_lib.ScoreOptions(
         reward_name=r.name, reward_cfg=reward_config(r), pad_id=self.tokenizer.pad_token_id,

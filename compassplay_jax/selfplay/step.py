@@ -62,6 +62,7 @@ class SoarOptions:
   learning_rate: float
   batch_rows: int = 0             # rows per inner SGD step (0: the whole group)
   accuracy: Any = None            # soar_measure.HeldoutAnswers: the accuracy signal (None: NLL)
+  optimizer: str = "sgd"          # the inner optimizer: "sgd" | "adam" (rewards/soar.py)
 
 
 @dataclasses.dataclass(frozen=True)

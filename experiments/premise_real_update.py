@@ -33,7 +33,7 @@ step's θ: the step's cosine, ⟨g, g_ref⟩ and −‖g‖ (alignment.candidate
 batch. Analysis: Spearman rho of the utility against each proxy, pooled over the steps of a seed (and
 over both seeds), with a paired percentile bootstrap over candidates (reports/proxy.py).
 
-Writes OUT/steps.json after every step (the run stops at --steps or once --max-minutes have passed at the
+Writes OUT/steps.json after every candidate and step (the run stops at --steps or once --max-minutes have passed at the
 end of a step). --analyse DIR... prints and writes the table (--table) from the saved steps.
 """
 from __future__ import annotations

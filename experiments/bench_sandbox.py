@@ -138,8 +138,10 @@ def profile(rows):
   with sandbox.SandboxPool(num_workers=1) as pool:
     pool.run(sandbox.Job(code="pass"))
     worker = _children(os.getpid())[0]
-    # The main call-job zygote, not "calls2" (the second interpreter of the cross-job determinism check).
-    zygote = next(p for p in _children(worker) if _cmdline(p).rstrip().endswith("sandbox_zygote.py calls"))
+    # The main call-job zygote, not "calls2" (the second interpreter of the cross-job determinism check,
+    # the same profile with another hash seed).
+    zygote = next(p for p in _children(worker) if "sandbox_zygote.py calls" in _cmdline(p)
+                  and b"PYTHONHASHSEED=0\0" in pathlib.Path(f"/proc/{p}/environ").read_bytes())
     items = [("deduction", row["code"], row["input"]) for row in rows]
     validation.validate_io_batch(pool, items[:20])
     me0, w0, z0 = os.times(), _proc_stat(worker), _proc_stat(zygote)

@@ -85,7 +85,7 @@ def test_report_lowers_the_programs_the_engine_runs():
   called["g_ref"] = engine._jitted[("reference", 8)], _spec((params, ref["tokens"], ref["loss_mask"],
                                                              ref["attention_mask"]))
   engine.cosines(params, g_ref, cand["tokens"], cand["loss_mask"], cand["attention_mask"])
-  called["cos16"] = engine._jitted[("cosines", 8)], _spec((params, g_ref, cand["tokens"], cand["loss_mask"],
+  called["cos16"] = engine._jitted[("cosines", 8, "fused")], _spec((params, g_ref, cand["tokens"], cand["loss_mask"],
                                                            cand["attention_mask"]))
   master, opt_state = engine.init_train_state(params)
   args = (master, opt_state, batch(work.train_batch, extra=True), jax.random.key(0))

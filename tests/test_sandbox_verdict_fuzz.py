@@ -11,7 +11,7 @@ that validation refuses every one.
 
 - All 10,000 go through the trainer's layers: proposal parsing, `validation.static_check` and the
   static rules. None raises; every payload written with literal banned syntax is refused there.
-- A stratified sample (60 per issue-23 class, 30 per issue-46 class) goes through the real sandbox:
+- A stratified sample (60 per issue-23 class, 20 per issue-46 class) goes through the real sandbox:
   validation (valid => the gold is repr(f(x))), deduction (the true output is correct iff the task
   is valid, a wrong one never), abduction (a wrong input is never correct, even though the attack
   program computes f in that job) and induction (the attack program as a solver whose f is wrong
@@ -266,7 +266,7 @@ def pool():
 
 
 def _per_class(cls: str) -> int:
-  return SANDBOX_SAMPLE_PER_CLASS // 2 if cls in ISSUE_46_CLASSES else SANDBOX_SAMPLE_PER_CLASS
+  return SANDBOX_SAMPLE_PER_CLASS // 3 if cls in ISSUE_46_CLASSES else SANDBOX_SAMPLE_PER_CLASS
 
 
 def _sample(rng):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import logging
 import math
 from typing import Any, Sequence
@@ -549,8 +550,8 @@ class Engine:
       raise ValueError(f"greedy_texts: {len(budgets)} budgets for {len(prompts)} prompts")
     out = [""] * len(prompts)
     order = sorted(range(len(prompts)), key=lambda i: (budgets[i], len(prompts[i])))
-    groups = [[i for i in order if budgets[i] == b] for b in sorted(set(budgets))]
-    for group in groups:
+    for _, group in itertools.groupby(order, key=lambda i: budgets[i]):
+      group = list(group)
       for k in range(0, len(group), micro_batch_size):
         batch = group[k:k + micro_batch_size]
         for i, text in zip(batch, texts([prompts[i] for i in batch], budgets[batch[0]])):

@@ -31,21 +31,14 @@ from compassplay_jax.verifiers.lean_pool import LeanReplPool
 from tests.test_lean_acceptance import CLEAN
 from tests.test_lean_acceptance import FAKE_REPL
 from tests.test_lean_acceptance import STATEMENT
+# The same header and proof sets as the client's tests against the stand-in server.
+from tests.test_lean_checker import ACCEPTED, HEADER, MALFORMED, REJECTED, TIMED_OUT
 
 SERVER_DIR_ENV = "COMPASSPLAY_KIMINA_SERVER_DIR"
 SERVER_DIR = os.environ.get(SERVER_DIR_ENV, "")
 pytestmark = [pytest.mark.kimina_server,
               pytest.mark.skipif(not SERVER_DIR, reason=f"{SERVER_DIR_ENV} is not set (scripts/setup_kimina_server.sh)")]
 
-# As tests/test_lean_checker.py: imports, then lines the server keeps in the body (set_option, open).
-HEADER = ("import Mathlib.Tactic\nimport Aesop\n\nset_option maxHeartbeats 400000\n\n"
-          "open BigOperators Real Nat Topology Rat\n")
-ACCEPTED = [CLEAN, "\n  nlinarith [h₀.1, h₀.2.1]", "\n  match h₀ with\n  | _ => simp"]
-REJECTED = ["\n  simp -- fake: error unsolved goals", "\n  exact h -- fake: axioms Lean.ofReduceBool",
-            "\n  simp -- fake: decls cheat axiom", "\n  simp -- fake: unchecked", "\n  exact (sorry : _)",
-            "\n  native_decide"]
-TIMED_OUT = ["\n  simp -- fake: hang"]
-MALFORMED = ["\n  simp -- fake: crash", "\n  simp -- fake: crash-mid-reply"]
 TIMEOUT_S = 3.0  # per proof: the server's REPL start and header run under it too
 
 

@@ -294,26 +294,8 @@ class ContinuousEngine(RolloutEngine):
       state, emitted = self.programs.decode_chunk(self.graphdef, self.params, state, host_done.copy(),
                                                   np.int32(refill_at), sampler=config.sampler, eos_ids=eos_ids,
                                                   window=window)
-      tokens, logprobs, count, done, steps = jax.device_get(emitted)
-      host_done[:] = False
-      stats.decode_calls += 1
       stats.windows[window] = stats.windows.get(window, 0) + 1
-      stats.slot_sizes[slots] = stats.slot_sizes.get(slots, 0) + 1
-      stats.decode_steps += int(steps)
-      stats.slot_steps += int(steps) * slots
-      for b, r in enumerate(in_slot):
-        if r is None:
-          continue
-        row = rows[r]
-        row.tokens.extend(tokens[b, :count[b]].tolist())
-        row.logprobs.extend(logprobs[b, :count[b]].tolist())
-        if self._finish(row, checked[r], eos_ids) or done[b]:
-          if row.reason is None:
-            row.reason = "eos" if row.tokens[-1] in eos_ids else "length"
-          in_slot[b] = None
-          host_done[b] = not done[b]  # a stop-string row the device still thinks is live
-          self._release(r, row, on_finish)
-        checked[r] = len(row.tokens)
+      self._collect(emitted, in_slot, rows, checked, host_done, eos_ids, on_finish)
     self._state = state
     stats.useful_slot_steps = sum(len(row.tokens) - 1 for row in rows)
     return self._result(rows, prompt_ids, n)
@@ -553,30 +535,38 @@ class ContinuousEngine(RolloutEngine):
       state, emitted = self.paged_programs.decode_paged(
           self.graphdef, self.params, state, host_done.copy(), np.int32(refill_at), write_pages, write_base, *flat,
           sampler=config.sampler, eos_ids=eos_ids)
-      tokens, logprobs, count, done, steps = jax.device_get(emitted)
-      host_done[:] = False
-      stats.decode_calls += 1
       stats.page_buckets[bucket] = stats.page_buckets.get(bucket, 0) + 1
-      stats.slot_sizes[slots] = stats.slot_sizes.get(slots, 0) + 1
-      stats.decode_steps += int(steps)
-      stats.slot_steps += int(steps) * slots
-      for b, r in enumerate(in_slot):
-        if r is None:
-          continue
-        row = rows[r]
-        row.tokens.extend(tokens[b, :count[b]].tolist())
-        row.logprobs.extend(logprobs[b, :count[b]].tolist())
-        if self._finish(row, checked[r], eos_ids) or done[b]:
-          if row.reason is None:
-            row.reason = "eos" if row.tokens[-1] in eos_ids else "length"
-          in_slot[b] = None
-          host_done[b] = not done[b]
-          tables.finish(b)
-          self._release(r, row, on_finish)
-        checked[r] = len(row.tokens)
+      self._collect(emitted, in_slot, rows, checked, host_done, eos_ids, on_finish, freed=tables.finish)
     self._state = state
     stats.useful_slot_steps = sum(len(row.tokens) - 1 for row in rows)
     return self._result(rows, prompt_ids, n)
+
+  def _collect(self, emitted, in_slot, rows, checked, host_done, eos_ids, on_finish, freed=None) -> None:
+    """Reads one decode chunk back (both layouts): the counters, each live row's new tokens and
+    log-probs; a row that ended (eos, its budget, a stop string) is released and its slot freed
+    (freed(slot): the paged engine returns the slot's pages)."""
+    tokens, logprobs, count, done, steps = jax.device_get(emitted)
+    host_done[:] = False
+    stats, slots = self.stats, len(in_slot)
+    stats.decode_calls += 1
+    stats.slot_sizes[slots] = stats.slot_sizes.get(slots, 0) + 1
+    stats.decode_steps += int(steps)
+    stats.slot_steps += int(steps) * slots
+    for b, r in enumerate(in_slot):
+      if r is None:
+        continue
+      row = rows[r]
+      row.tokens.extend(tokens[b, :count[b]].tolist())
+      row.logprobs.extend(logprobs[b, :count[b]].tolist())
+      if self._finish(row, checked[r], eos_ids) or done[b]:
+        if row.reason is None:
+          row.reason = "eos" if row.tokens[-1] in eos_ids else "length"
+        in_slot[b] = None
+        host_done[b] = not done[b]  # a stop-string row the device still thinks is live
+        if freed is not None:
+          freed(b)
+        self._release(r, row, on_finish)
+      checked[r] = len(row.tokens)
 
   def _shrink(self, state, in_slot, host_done, compact=None):
     """Moves the live rows into fewer slots once they fit a smaller power of two per batch shard

@@ -34,8 +34,7 @@ from compassplay_jax.models.decoder import KVCache
 from compassplay_jax.models.ops import DEFAULT_OPS
 from compassplay_jax.sampling.config import SamplerParams
 from compassplay_jax.sampling.paged_kernels import blocks_for, gather_attention
-from compassplay_jax.sampling.slots import Admit, Emitted, Prefix, _is_eos, _row_keys
-from compassplay_jax.sampling.token_select import select_tokens, step_keys
+from compassplay_jax.sampling.slots import Admit, Prefix, _is_eos, _row_keys, decode_rows
 
 
 class PagedState(NamedTuple):
@@ -149,38 +148,19 @@ def decode_paged(graphdef, params, state: PagedState, host_done, refill_at, writ
                  flat_row, flat_start, *, sampler: SamplerParams, eos_ids: tuple[int, ...]):
   """slots.decode_chunk over pages (same stopping rules, same outputs)."""
   model = nnx.merge(graphdef, params)
-  b, width = state.out_tokens.shape
   ps = state.pages[0].k.shape[1]
-  rows = jnp.arange(b)
+  rows = jnp.arange(state.out_tokens.shape[0])
   flat = (flat_page, flat_row, flat_start)
 
-  def cond(carry):
-    i, st = carry
-    return (i < width - 1) & ~jnp.all(st.done) & (jnp.sum(st.done) < refill_at)
-
-  def body(carry):
-    i, st = carry
+  def forward(st):
     live = ~st.done
     index = jnp.clip(st.length // ps - write_base, 0, write_pages.shape[1] - 1)
     write_page = jnp.where(live, write_pages[rows, index], 0)
     logits, pages = paged_forward(model, st.last_token, st.positions, st.pages, write_page, st.length % ps, flat,
                                   st.length + 1)
-    tokens, logprobs = select_tokens(logits, step_keys(st.keys, st.count), sampler)
-    step = live.astype(jnp.int32)
-    count = st.count + step
-    st = st._replace(
-        pages=pages, length=st.length + step, positions=st.positions + step,
-        last_token=jnp.where(live, tokens, st.last_token), count=count,
-        done=st.done | (live & (_is_eos(tokens, eos_ids) | (count >= st.budget))),
-        out_tokens=st.out_tokens.at[rows, st.out_count].set(tokens, mode="drop"),
-        out_logprobs=st.out_logprobs.at[rows, st.out_count].set(logprobs, mode="drop"),
-        out_count=st.out_count + step)
-    return i + 1, st
+    return logits, st._replace(pages=pages, length=st.length + live.astype(jnp.int32))
 
-  state = state._replace(done=state.done | host_done)
-  steps, state = jax.lax.while_loop(cond, body, (jnp.int32(0), state))
-  emitted = Emitted(state.out_tokens, state.out_logprobs, state.out_count, state.done, steps)
-  return state._replace(out_count=jnp.zeros_like(state.out_count)), emitted
+  return decode_rows(state, host_done, refill_at, forward, sampler=sampler, eos_ids=eos_ids)
 
 
 def compact_paged(state: PagedState, keep, valid) -> PagedState:

@@ -183,9 +183,25 @@ def decode_chunk(graphdef, params, state: SlotState, host_done, refill_at, *, sa
   the queue is empty). host_done (B,) ends rows the host stopped (stop strings).
   """
   model = nnx.merge(graphdef, params)
+  cols = jnp.arange(window)
+
+  def forward(st):
+    mask = (cols[None, :] >= st.first_col[:, None]).astype(jnp.int32)  # columns after write_at: causal
+    logits, cache = model(st.last_token[:, None], mask, st.positions[:, None], cache=st.cache,
+                          cache_index=st.write_at, last_only=True)
+    return logits[:, -1], st._replace(cache=cache, write_at=st.write_at + (~st.done).astype(jnp.int32))
+
+  return decode_rows(state, host_done, refill_at, forward, sampler=sampler, eos_ids=eos_ids)
+
+
+def decode_rows(state, host_done, refill_at, forward, *, sampler: SamplerParams, eos_ids: tuple[int, ...]):
+  """The decode loop of both cache layouts (this module's dense slots, paged_slots' pages): up to
+  `chunk` steps, stopping as decode_chunk says. forward(st) -> (logits (B, V) of each slot's last
+  token, st with that token's KV written and the layout's write position advanced for live rows);
+  the rest of a step is the same for both: each live row's next token drawn, counted and appended
+  to the out buffers, rows ended on eos or their budget."""
   b, width = state.out_tokens.shape
   rows = jnp.arange(b)
-  cols = jnp.arange(window)
 
   def cond(carry):
     i, st = carry
@@ -194,15 +210,11 @@ def decode_chunk(graphdef, params, state: SlotState, host_done, refill_at, *, sa
   def body(carry):
     i, st = carry
     live = ~st.done
-    mask = (cols[None, :] >= st.first_col[:, None]).astype(jnp.int32)  # columns after write_at: causal
-    logits, cache = model(st.last_token[:, None], mask, st.positions[:, None], cache=st.cache,
-                          cache_index=st.write_at, last_only=True)
-    tokens, logprobs = select_tokens(logits[:, -1], step_keys(st.keys, st.count), sampler)
+    logits, st = forward(st)
+    tokens, logprobs = select_tokens(logits, step_keys(st.keys, st.count), sampler)
     step = live.astype(jnp.int32)
     count = st.count + step
     st = st._replace(
-        cache=cache,
-        write_at=st.write_at + step,
         positions=st.positions + step,
         last_token=jnp.where(live, tokens, st.last_token),
         count=count,

@@ -39,7 +39,10 @@ from tests.test_selfplay import _config  # noqa: E402
 if jax.device_count() != 8:
   pytest.skip(f"needs 8 devices, have {jax.device_count()}", allow_module_level=True)
 
-MESHES = [(8, 1, 1), (1, 8, 1), (2, 2, 2), (1, 2, 4)]
+# The full step on three meshes: all-data, all three axes, tensor-heavy. fsdp=8 alone is covered by the
+# sharding cases (train step, g_ref and cosines against one device) and by the multi-host runs (the
+# full step on fsdp=8, one process against two): dropped here for the suite's time (~15 CPU-s).
+MESHES = [(8, 1, 1), (2, 2, 2), (1, 2, 4)]
 TOL = dict(rtol=1e-5, atol=1e-5)
 
 
@@ -88,7 +91,7 @@ def assert_rule_shardings(tree, mesh, head_dim):
     assert leaf.sharding.mesh.shape == mesh.shape, path
 
 
-@pytest.mark.parametrize("shape", MESHES, ids=["dp8", "fsdp8", "dp2fsdp2tp2", "fsdp2tp4"])
+@pytest.mark.parametrize("shape", MESHES, ids=["dp8", "dp2fsdp2tp2", "fsdp2tp4"])
 def test_full_coding_step_matches_one_device(setup, shape):
   config, tokenizer, graphdef, params, pool = setup
   _, want, want_g, want_p, want_train = single_device(setup)

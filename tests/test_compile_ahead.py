@@ -1,6 +1,6 @@
 """Compiling ahead (compassplay_jax/compile_ahead.py): programs compiled on the engine's background thread
 are the ones the later calls run (no compilation at the call), with the same results as without it.
-tests/selfplay_mesh_cases.py checks the same inside a whole coding step, on one device and on four meshes.
+tests/selfplay_mesh_cases.py checks the same inside a whole coding step, on one device and on three meshes.
 
 Which thread compiled what comes from JAX's own compile events (tests/compile_events.py): a program
 the call had to compile itself shows up on the main thread.

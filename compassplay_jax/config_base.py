@@ -205,6 +205,9 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.sampling.memory_budget_gb = 0.0
   # continuous: "dense" (a cache row per slot) | "paged" (a page pool, one device only; docs/sampling.md)
   config.sampling.kv_layout = "dense"
+  # paged: the decode attention: "auto" (Pallas paged kernels on GPU / TPU, the pure-JAX gather on CPU) |
+  # "gather" | "pallas_gpu" | "pallas_tpu" (sampling/paged_kernels.py)
+  config.sampling.paged_attention = "auto"
 
   config.reward = ml_collections.ConfigDict()
   config.reward.name = "compassplay_cos"  # compassplay_cos | compassplay_cos_novelty | difficulty | novelty_only | soar_utility

@@ -466,7 +466,8 @@ class Engine:
           _log.warning("sampling.kv_layout='paged' runs on one device for now; this mesh has %d: dense", mesh.size)
           kv_layout = "dense"
         self.rollout = make_engine(name, self.graphdef, tokenizer, mesh=mesh, memory_budget_bytes=budget,
-                                   chunk_tokens=sampling.chunk_tokens, kv_layout=kv_layout)
+                                   chunk_tokens=sampling.chunk_tokens, kv_layout=kv_layout,
+                                   paged_attention=sampling.get("paged_attention", "auto"))
       else:
         self.rollout = make_engine(name, self.graphdef, tokenizer, device_fns=self.local_sampler)
     return self.rollout

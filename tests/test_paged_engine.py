@@ -48,11 +48,11 @@ def rows():
                             num_pages=16)
   finished = []
   paged = engine.generate(requests, config, key, on_finish=lambda r, *rest: finished.append(r))
-  return dense, paged, engine, finished
+  return dense, paged, engine, finished, (graphdef, params, requests, config, key)
 
 
 def test_paged_rows_equal_the_dense_engine_and_every_page_comes_back(rows):
-  dense, paged, engine, finished = rows
+  dense, paged, engine, finished, _ = rows
   for r in range(len(dense)):
     np.testing.assert_array_equal(paged.tokens[r], dense.tokens[r], err_msg=f"row {r}")
     np.testing.assert_allclose(paged.logprobs[r], dense.logprobs[r], atol=1e-5)
@@ -82,11 +82,27 @@ def test_paged_greedy_equals_transformers(tmp_path):
   assert engine.pool.free == engine.pool.capacity
 
 
+def test_the_gpu_kernel_decodes_the_same_rows_through_the_engine(rows):
+  """paged_attention="pallas_gpu" (Pallas's GPU paged kernel, interpret mode on CPU) in the engine: its
+  pool layout is the kernel's own, each row's page table goes in as it is, and the rows equal the
+  dense engine's, preemptions and all. (The TPU kernel reads K and V as bfloat16: tested below on
+  its own, ~50 s through the engine in interpret mode.)"""
+  dense, _, _, _, (graphdef, params, requests, config, key) = rows
+  engine = ContinuousEngine(graphdef, _Letters(), params, slots=4, chunk_tokens=4, kv_layout="paged", page_size=4,
+                            num_pages=16, paged_attention="pallas_gpu", paged_interpret=True)
+  got = engine.generate(requests, config, key)
+  for r in range(len(dense)):
+    np.testing.assert_array_equal(got.tokens[r], dense.tokens[r], err_msg=f"row {r}")
+    np.testing.assert_allclose(got.logprobs[r], dense.logprobs[r], atol=1e-5)
+  assert engine.stats.preempted > 0 and engine.pool.free == engine.pool.capacity
+  assert set(engine.stats.page_buckets) == {16}  # one table width: 56 columns = 14 pages, two blocks of 8
+
+
 def _attention_case(seed=0, b=3, kv=2, g=2, hd=128, ps=16, pages=32, per_row=4):
   rng = np.random.default_rng(seed)
   q = jnp.asarray(rng.normal(size=(b, kv, g, hd)), jnp.float32)
-  k = jnp.asarray(rng.normal(size=(pages, ps, kv, hd)), jnp.float32)
-  v = jnp.asarray(rng.normal(size=(pages, ps, kv, hd)), jnp.float32)
+  k = jnp.asarray(rng.normal(size=(kv, pages, ps, hd)), jnp.float32)  # the pool's layout (paged_slots.py)
+  v = jnp.asarray(rng.normal(size=(kv, pages, ps, hd)), jnp.float32)
   table = rng.permutation(np.arange(1, pages))[:b * per_row].reshape(b, per_row).astype(np.int32)
   lengths = np.array([5, 4 * ps, 17], np.int32)[:b]  # inside a page, exactly full pages, one past a page
   return q, k, v, table, lengths
@@ -94,7 +110,7 @@ def _attention_case(seed=0, b=3, kv=2, g=2, hd=128, ps=16, pages=32, per_row=4):
 
 def test_gather_attention_reads_only_filled_pages_and_equals_the_full_table():
   q, k, v, table, lengths = _attention_case()
-  ps = k.shape[1]
+  ps = k.shape[2]
   want = jax.jit(pk.table_attention)(q, k, v, jnp.asarray(table), jnp.asarray(lengths))
   counts = -(-lengths // ps)  # 1, 4, 2 pages: only these are listed
   for block in (1, 3):  # blocks of one page; blocks of 3 (a row's last block padded with the trash page)
@@ -103,7 +119,7 @@ def test_gather_attention_reads_only_filled_pages_and_equals_the_full_table():
     np.testing.assert_allclose(got, want, atol=1e-5)
   # The table reference against plain softmax attention over row 2's 17 columns (numpy).
   q, k, v, want = (np.asarray(x, np.float64) for x in (q, k, v, want))
-  keys, vals = (x[table[2]].reshape(-1, *x.shape[2:])[:17] for x in (k, v))
+  keys, vals = (x[:, table[2]].reshape(x.shape[0], -1, x.shape[-1])[:, :17].transpose(1, 0, 2) for x in (k, v))
   s = np.einsum("kgd,nkd->kgn", q[2], keys) / np.sqrt(q.shape[-1])
   p = np.exp(s - s.max(-1, keepdims=True))
   np.testing.assert_allclose(want[2], np.einsum("kgn,nkd->kgd", p / p.sum(-1, keepdims=True), vals), atol=1e-5)

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from compassplay_jax.sampling import batching, pages as pages_lib, paged_slots, slots as slots_lib
+from compassplay_jax.sampling import paged_kernels
 from compassplay_jax.sampling.paged_kernels import blocks_for, flat_blocks
 from compassplay_jax.sampling.config import SamplingConfig
 from compassplay_jax.sampling.generate import GenerationResult, as_prng_key, resolve_eos_ids, resolve_pad_id, graphdef_config
@@ -115,6 +116,11 @@ class ContinuousEngine(RolloutEngine):
   shrink: once no request waits and the live rows fit a smaller power of two of slots (per batch
     device), move them there (repeatedly, down to shrink_floor per batch device), so the last rows of
     a call do not decode beside empty slots (slots.compact; each device keeps its own rows).
+  kv_layout: "dense" (a cache row per slot) or "paged" (a pool of page_size-column pages; num_pages,
+    paged_fill: the pool's size; docs/sampling.md "Paged KV cache").
+  paged_attention: the paged decode's attention: "auto" (a Pallas kernel on GPU and TPU, the pure-JAX
+    gather elsewhere), "gather", "pallas_gpu" or "pallas_tpu" (paged_kernels.py); paged_interpret runs
+    a Pallas kernel in interpret mode (CPU tests).
   """
 
   def __init__(self, graphdef, tokenizer, params=None, *, slots: int | None = None,
@@ -122,7 +128,8 @@ class ContinuousEngine(RolloutEngine):
                refill_threshold: int = 1, order: str = "arrival", cache_dtype: str | None = None,
                refill: str = "continuous", mesh=None, max_prefill_tokens: int = 2048, shrink: bool = True,
                shrink_floor: int = SHRINK_FLOOR, kv_layout: str = "dense", page_size: int = 16,
-               num_pages: int | None = None, paged_fill: float = 0.5):
+               num_pages: int | None = None, paged_fill: float = 0.5, paged_attention: str = "auto",
+               paged_interpret: bool = False):
     if slots is None and memory_budget_bytes is None:
       raise ValueError("ContinuousEngine needs slots or memory_budget_bytes")
     if slots is not None and slots < 1:
@@ -152,6 +159,10 @@ class ContinuousEngine(RolloutEngine):
     if page_size < 1 or not 0 < paged_fill <= 1:
       raise ValueError(f"page_size={page_size} must be >= 1 and paged_fill={paged_fill} in (0, 1]")
     self.kv_layout, self.page_size, self.num_pages, self.paged_fill = kv_layout, page_size, num_pages, paged_fill
+    if paged_attention not in paged_kernels.PAGED_ATTENTIONS:
+      raise ValueError(f"paged_attention {paged_attention!r} is not one of {paged_kernels.PAGED_ATTENTIONS}")
+    self.paged_attention = paged_kernels.backend_kernel() if paged_attention == "auto" else paged_attention
+    self.paged_interpret = paged_interpret
     self.page_block = max(1, 64 // page_size)  # pages per attention block: 64 columns
     self.mesh = mesh
     self.programs = slots_lib.SlotPrograms(mesh, None)
@@ -383,7 +394,7 @@ class ContinuousEngine(RolloutEngine):
   def _ensure_paged(self, key, slots: int, num_pages: int):
     state, self._state = self._state, None
     if state is None or state.out_tokens.shape != (slots, self.chunk_tokens + 1) or \
-        state.pages[0].k.shape[:2] != (num_pages, self.page_size) or state.keys.dtype != key.dtype or \
+        state.pages[0].k.shape[1:3] != (num_pages, self.page_size) or state.keys.dtype != key.dtype or \
         state.pages[0].k.dtype != jnp.dtype(self.cache_dtype):
       state = None
       state = self.paged_programs.init_paged(key, cfg=self.model_config, slots=slots, num_pages=num_pages,
@@ -529,12 +540,17 @@ class ContinuousEngine(RolloutEngine):
         write_base[b] = base
         part = held[base:base + width]
         write_pages[b, :len(part)] = part
-      bucket = paged_slots.page_bucket(blocks_for(counts, self.page_block))
-      flat = flat_blocks(table, counts, bucket, ps, self.page_block)
+      if self.paged_attention == "gather":  # the live rows' pages, in blocks, padded to a bucket
+        bucket = paged_slots.page_bucket(blocks_for(counts, self.page_block))
+        pages_read = flat_blocks(table, counts, bucket, ps, self.page_block)
+      else:  # a kernel reads each row's own pages up to its length: one table width per call
+        bucket = paged_kernels.table_width(pages_lib.pages_for(need, ps))
+        pages_read = (np.pad(table, ((0, 0), (0, bucket - table.shape[1]))),)
       stats.peak_pages = max(stats.peak_pages, pool.used)
       state, emitted = self.paged_programs.decode_paged(
-          self.graphdef, self.params, state, host_done.copy(), np.int32(refill_at), write_pages, write_base, *flat,
-          sampler=config.sampler, eos_ids=eos_ids)
+          self.graphdef, self.params, state, host_done.copy(), np.int32(refill_at), write_pages, write_base,
+          *pages_read, sampler=config.sampler, eos_ids=eos_ids, attention=self.paged_attention,
+          interpret=self.paged_interpret)
       stats.page_buckets[bucket] = stats.page_buckets.get(bucket, 0) + 1
       self._collect(emitted, in_slot, rows, checked, host_done, eos_ids, on_finish, freed=tables.finish)
     self._state = state

@@ -1,6 +1,7 @@
 """Decode attention over a paged KV cache: one query token per row, keys and values in pages.
 
-Pool layout (paged_slots.py): k_pages, v_pages of shape (num_pages, page_size, kv_heads, head_dim).
+Pool layout (paged_slots.py): k_pages, v_pages of shape (kv_heads, num_pages, page_size, head_dim),
+the layout of both Pallas paged kernels, so the engine's pool goes to them as it is (no copy per call).
 A row's columns [j * page_size, (j + 1) * page_size) live in its j-th page; the row attends to its
 columns [0, length).
 
@@ -11,14 +12,14 @@ scores each row's query against its own pages only, and combines the per-block p
 row with segment reductions. Its cost is M x G x page_size keys: it grows with the filled tokens, not
 with any row's window or with the slot count.
 
-Kernels (the same math, each in its own layout; `kernel_attention` adapts our (B, kv, groups, hd)
-queries and a per-row page table (B, pages_per_row) to them):
+Kernels (the same math; `kernel_attention` reshapes our (B, kv, groups, hd) queries to their (B, heads,
+hd) and hands them a per-row page table (B, pages_per_row); the engine runs them with
+`paged_attention="pallas_gpu" | "pallas_tpu"`, which "auto" picks on those backends):
 
-* GPU: jax.experimental.pallas.ops.gpu.paged_attention (Triton; pools (kv_heads, pages, page_size,
-  hd); per-row block tables; skips pages past each row's length). Runs in Pallas interpret mode on
+* GPU: jax.experimental.pallas.ops.gpu.paged_attention (Triton; per-row block tables; skips pages
+  past each row's length). Runs in Pallas interpret mode on
   CPU: tested against `gather_attention`.
-* TPU: jax.experimental.pallas.ops.tpu.paged_attention (pools (kv_heads, pages, page_size, hd))
-  runs under pltpu.force_tpu_interpret_mode() on CPU: tested. The newer
+* TPU: jax.experimental.pallas.ops.tpu.paged_attention runs under pltpu.force_tpu_interpret_mode() on CPU: tested. The newer
   ragged_paged_attention (combined K/V pool (pages, page_size, 2 x kv_heads, hd), ragged queries)
   does NOT run in TPU interpret mode with the installed jax 0.10.2: the interpreter raises
   `AttributeError: 'ReshapeTransform' object has no attribute 'indices'` on the kernel's reshaped
@@ -44,12 +45,12 @@ def gather_attention(q, k_pages, v_pages, block_pages, block_row, block_start, l
   a row with no valid key gets zeros."""
   b, kv, g, hd = q.shape
   m, blk = block_pages.shape
-  width = blk * k_pages.shape[1]
+  width = blk * k_pages.shape[2]
   row = jnp.minimum(block_row, b - 1)
   real = block_row < b
-  k = k_pages[block_pages].reshape(m, width, kv, hd).astype(q.dtype)  # only the listed pages are read
-  v = v_pages[block_pages].reshape(m, width, kv, hd).astype(q.dtype)
-  s = jnp.einsum("mkgd,mpkd->mkgp", q[row], k, preferred_element_type=jnp.float32) * (hd ** -0.5)
+  k = k_pages[:, block_pages].reshape(kv, m, width, hd).astype(q.dtype)  # only the listed pages are read
+  v = v_pages[:, block_pages].reshape(kv, m, width, hd).astype(q.dtype)
+  s = jnp.einsum("mkgd,kmpd->mkgp", q[row], k, preferred_element_type=jnp.float32) * (hd ** -0.5)
   cols = block_start[:, None] + jnp.arange(width, dtype=block_start.dtype)
   valid = (cols < lengths[row][:, None]) & real[:, None]  # (M, width)
   s = jnp.where(valid[:, None, None, :], s, -jnp.inf)
@@ -58,7 +59,7 @@ def gather_attention(q, k_pages, v_pages, block_pages, block_row, block_start, l
   row_max = jnp.where(jnp.isfinite(row_max), row_max, 0.0)
   e = jnp.where(valid[:, None, None, :], jnp.exp(s - row_max[row][..., None]), 0.0)
   denom = jax.ops.segment_sum(jnp.sum(e, axis=-1), seg, num_segments=b, indices_are_sorted=True)
-  num = jax.ops.segment_sum(jnp.einsum("mkgp,mpkd->mkgd", e.astype(q.dtype), v, preferred_element_type=jnp.float32),
+  num = jax.ops.segment_sum(jnp.einsum("mkgp,kmpd->mkgd", e.astype(q.dtype), v, preferred_element_type=jnp.float32),
                             seg, num_segments=b, indices_are_sorted=True)
   return (num / jnp.maximum(denom, 1e-30)[..., None]).astype(q.dtype)
 
@@ -97,32 +98,40 @@ def blocks_for(counts, block: int) -> int:
   return int(sum(-(-int(c) // block) for c in counts))
 
 
+PAGED_ATTENTIONS = ("auto", "gather", "pallas_gpu", "pallas_tpu")
+
+
 def backend_kernel(platform: str | None = None) -> str:
-  """Which attention a paged decode uses on this backend: "pallas_tpu", "pallas_gpu" or "gather"."""
+  """Which attention a paged decode uses on this backend ("auto"): "pallas_tpu", "pallas_gpu" or "gather"."""
   platform = platform or jax.default_backend()
   return {"tpu": "pallas_tpu", "gpu": "pallas_gpu", "cuda": "pallas_gpu"}.get(platform, "gather")
 
 
+KERNEL_BLOCK = 8  # pages per compute block of the Pallas kernels (a table's width is a multiple of it)
+
+
+def table_width(pages: int) -> int:
+  """Columns of the per-row page table the kernels take for rows of up to `pages` pages: a multiple of
+  their compute block (the Pallas kernels split the table into blocks of KERNEL_BLOCK pages)."""
+  return pages if pages <= KERNEL_BLOCK else -(-pages // KERNEL_BLOCK) * KERNEL_BLOCK
+
+
 def kernel_attention(q, k_pages, v_pages, table, lengths, *, kind: str, interpret: bool = False):
-  """q (B, kv, g, hd), pools (num_pages, ps, kv, hd), table (B, P) int32, lengths (B,) -> (B, kv, g, hd)
+  """q (B, kv, g, hd), pools (kv, num_pages, ps, hd), table (B, P) int32, lengths (B,) -> (B, kv, g, hd)
   through a Pallas kernel (kind "pallas_gpu" | "pallas_tpu" | "ragged_tpu_reference")."""
   b, kv, g, hd = q.shape
   scale = hd ** -0.5
   q_heads = q.reshape(b, kv * g, hd)
+  block = min(KERNEL_BLOCK, table.shape[1])
   if kind == "pallas_gpu":
     from jax.experimental.pallas.ops.gpu.paged_attention import paged_attention
-    k, v = jnp.transpose(k_pages, (2, 0, 1, 3)), jnp.transpose(v_pages, (2, 0, 1, 3))
-    p = table.shape[1]
-    block = min(8, p)
-    splits = max(1, p // block)
-    out = paged_attention(q_heads * scale, k, v, table, lengths, block_h=16, pages_per_compute_block=block,
-                          k_splits=splits, interpret=interpret)
+    out = paged_attention(q_heads * scale, k_pages, v_pages, table, lengths, block_h=16,
+                          pages_per_compute_block=block, k_splits=max(1, table.shape[1] // block),
+                          interpret=interpret)
   elif kind == "pallas_tpu":
     from jax.experimental.pallas import tpu as pltpu
     from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention
-    k, v = jnp.transpose(k_pages, (2, 0, 1, 3)), jnp.transpose(v_pages, (2, 0, 1, 3))
-    call = lambda: paged_attention(q_heads * scale, k, v, lengths, table,
-                                   pages_per_compute_block=min(8, table.shape[1]))
+    call = lambda: paged_attention(q_heads * scale, k_pages, v_pages, lengths, table, pages_per_compute_block=block)
     if interpret:
       with pltpu.force_tpu_interpret_mode():
         out = call()
@@ -130,7 +139,8 @@ def kernel_attention(q, k_pages, v_pages, table, lengths, *, kind: str, interpre
       out = call()
   elif kind == "ragged_tpu_reference":
     from jax.experimental.pallas.ops.tpu.ragged_paged_attention import ref_ragged_paged_attention
-    kv_pages = jnp.stack([k_pages, v_pages], axis=3).reshape(k_pages.shape[:2] + (2 * kv, hd))  # k0 v0 k1 v1 ..
+    k, v = jnp.transpose(k_pages, (1, 2, 0, 3)), jnp.transpose(v_pages, (1, 2, 0, 3))  # its combined layout
+    kv_pages = jnp.stack([k, v], axis=3).reshape(k.shape[:2] + (2 * kv, hd))  # k0 v0 k1 v1 ..
     out = ref_ragged_paged_attention(q_heads, kv_pages, lengths, table, jnp.arange(b + 1, dtype=jnp.int32),
                                      jnp.array([b], jnp.int32), sm_scale=scale)
   else:

@@ -1,7 +1,7 @@
 """The device side of the paged continuous engine: decode slots over a pool of KV pages.
 
-Per layer the cache is a pool k, v of shape (num_pages, page_size, kv_heads, head_dim) (page 0: the
-trash page, pages.PagePool). A row has no left padding: its prompt's real tokens are columns
+Per layer the cache is a pool k, v of shape (kv_heads, num_pages, page_size, head_dim) (page 0: the
+trash page, pages.PagePool; the Pallas paged kernels' layout, paged_kernels.py). A row has no left padding: its prompt's real tokens are columns
 [0, n) and its fed tokens follow; column c lives in page table[row][c // page_size]. The host keeps
 the page lists (pages.PageTables) and passes each call only what it needs:
 
@@ -9,12 +9,14 @@ the page lists (pages.PageTables) and passes each call only what it needs:
       copies the listed prompt pages out of a batched prefill (slots.prefill_prompts: left-padded,
       (P, L) columns) into pool pages (one page per copy; a prompt's full pages once per prompt, its
       partial last page once per sample) and arms the admitted rows as slots.insert does.
-  decode_paged(params, state, host_done, refill_at, write_pages, write_base, flat_page, flat_row,
-               flat_start) -> (state, Emitted)
+  decode_paged(params, state, host_done, refill_at, write_pages, write_base, *pages_read) -> (state, Emitted)
       up to `chunk` steps. Step: embed, per layer write the new token's k, v into
       write_pages[b, length // ps - write_base[b]] at length % ps (done rows: the trash page), then
-      attend over the live rows' pages in blocks of G pages (paged_kernels.gather_attention: reads
+      attend over the live rows' pages. attention="gather" (CPU): pages_read = (flat_page, flat_row,
+      flat_start), the live rows' pages in blocks of G pages (paged_kernels.gather_attention: reads
       only those, M blocks, M a static bucket (page_bucket) of the blocks they need through this chunk).
+      attention="pallas_gpu" | "pallas_tpu": pages_read = (table,), each row's pages (B, P), and the
+      kernel reads each row's pages up to its length (paged_kernels.kernel_attention).
 
 Token draws use the same keys as slots.py (fold_in(request, sample, t)), so a row's tokens do not
 depend on its slot, its pages or when it starts: the paged engine's rows equal the dense engine's.
@@ -33,12 +35,12 @@ from compassplay_jax.models.config import ModelConfig
 from compassplay_jax.models.decoder import KVCache
 from compassplay_jax.models.ops import DEFAULT_OPS
 from compassplay_jax.sampling.config import SamplerParams
-from compassplay_jax.sampling.paged_kernels import blocks_for, gather_attention
+from compassplay_jax.sampling.paged_kernels import blocks_for, gather_attention, kernel_attention
 from compassplay_jax.sampling.slots import Admit, Prefix, _is_eos, _row_keys, decode_rows
 
 
 class PagedState(NamedTuple):
-  pages: list              # per-layer KVCache of (num_pages, page_size, kv_heads, head_dim)
+  pages: list              # per-layer KVCache of (kv_heads, num_pages, page_size, head_dim)
   length: jax.Array        # (B,) int32 columns written = the column last_token goes to when fed
   positions: jax.Array     # (B,) int32 position id of last_token
   last_token: jax.Array
@@ -61,7 +63,7 @@ class Copies(NamedTuple):
 
 def init_paged(key, *, cfg: ModelConfig, slots: int, num_pages: int, page_size: int, chunk: int,
                cache_dtype: str) -> PagedState:
-  shape = (num_pages, page_size, cfg.num_key_value_heads, cfg.head_dim)
+  shape = (cfg.num_key_value_heads, num_pages, page_size, cfg.head_dim)
   pages = [KVCache(jnp.zeros(shape, cache_dtype), jnp.zeros(shape, cache_dtype))
            for _ in range(cfg.num_hidden_layers)]
   zeros = jnp.zeros((slots,), jnp.int32)
@@ -74,15 +76,16 @@ def init_paged(key, *, cfg: ModelConfig, slots: int, num_pages: int, page_size: 
 def insert_paged(state: PagedState, prefix: Prefix, admit: Admit, copies: Copies, key, *,
                  eos_ids: tuple[int, ...]) -> PagedState:
   b = state.done.shape[0]
-  ps = state.pages[0].k.shape[1]
+  ps = state.pages[0].k.shape[2]
   # Room for a partial last page read past the prefix's end (dynamic_slice would clamp the start).
   padded = [KVCache(jnp.pad(c.k, ((0, 0), (0, ps), (0, 0), (0, 0))), jnp.pad(c.v, ((0, 0), (0, ps), (0, 0), (0, 0))))
             for c in prefix.cache]
 
   def copy(i, pages):
     page, row, col = copies.page[i], copies.row[i], copies.col[i]
-    one = lambda pool, src: jax.lax.dynamic_update_slice(
-        pool, jax.lax.dynamic_slice(src, (row, col, 0, 0), (1, ps) + src.shape[2:]), (page, 0, 0, 0))
+    one = lambda pool, src: jax.lax.dynamic_update_slice(  # (1, ps, kv, hd) -> the pool's (kv, 1, ps, hd)
+        pool, jnp.transpose(jax.lax.dynamic_slice(src, (row, col, 0, 0), (1, ps) + src.shape[2:]), (2, 0, 1, 3)),
+        (0, page, 0, 0))
     return [KVCache(one(p.k, s.k), one(p.v, s.v)) for p, s in zip(pages, padded)]
 
   pages = jax.lax.fori_loop(0, copies.count, copy, state.pages)
@@ -133,31 +136,38 @@ def forward_one(model, tokens, positions, attend):
   return logits[:, -1].astype(jnp.float32), kept
 
 
-def paged_forward(model, tokens, positions, pages, write_page, write_off, flat, lengths):
+def paged_forward(model, tokens, positions, pages, write_page, write_off, pages_read, lengths,
+                  attention: str = "gather", interpret: bool = False):
   """Logits (B, V) float32 for one token per row, and the pages with its k, v written at
-  (write_page, write_off): the cache attention replaced by a paged write and `gather_attention`."""
+  (write_page, write_off): the cache attention replaced by a paged write and the paged attention
+  (`gather_attention` over blocks, or a Pallas kernel over each row's page table)."""
   def attend(i, q, k, v):
     layer = pages[i]
-    kp = layer.k.at[write_page, write_off].set(k.astype(layer.k.dtype))
-    vp = layer.v.at[write_page, write_off].set(v.astype(layer.v.dtype))
-    return gather_attention(q, kp, vp, *flat, lengths), KVCache(kp, vp)
+    # k, v (B, kv, hd) -> the pool's (kv, B, hd) at [:, write_page[b], write_off[b]]
+    kp = layer.k.at[:, write_page, write_off].set(jnp.swapaxes(k, 0, 1).astype(layer.k.dtype))
+    vp = layer.v.at[:, write_page, write_off].set(jnp.swapaxes(v, 0, 1).astype(layer.v.dtype))
+    if attention == "gather":
+      out = gather_attention(q, kp, vp, *pages_read, lengths)
+    else:
+      out = kernel_attention(q, kp, vp, *pages_read, lengths, kind=attention, interpret=interpret)
+    return out, KVCache(kp, vp)
   return forward_one(model, tokens, positions, attend)
 
 
-def decode_paged(graphdef, params, state: PagedState, host_done, refill_at, write_pages, write_base, flat_page,
-                 flat_row, flat_start, *, sampler: SamplerParams, eos_ids: tuple[int, ...]):
-  """slots.decode_chunk over pages (same stopping rules, same outputs)."""
+def decode_paged(graphdef, params, state: PagedState, host_done, refill_at, write_pages, write_base, *pages_read,
+                 sampler: SamplerParams, eos_ids: tuple[int, ...], attention: str = "gather", interpret: bool = False):
+  """slots.decode_chunk over pages (same stopping rules, same outputs). pages_read: the gather's
+  (flat_page, flat_row, flat_start), or a kernel's (table,) (module doc)."""
   model = nnx.merge(graphdef, params)
-  ps = state.pages[0].k.shape[1]
+  ps = state.pages[0].k.shape[2]
   rows = jnp.arange(state.out_tokens.shape[0])
-  flat = (flat_page, flat_row, flat_start)
 
   def forward(st):
     live = ~st.done
     index = jnp.clip(st.length // ps - write_base, 0, write_pages.shape[1] - 1)
     write_page = jnp.where(live, write_pages[rows, index], 0)
-    logits, pages = paged_forward(model, st.last_token, st.positions, st.pages, write_page, st.length % ps, flat,
-                                  st.length + 1)
+    logits, pages = paged_forward(model, st.last_token, st.positions, st.pages, write_page, st.length % ps,
+                                  pages_read, st.length + 1, attention, interpret)
     return logits, st._replace(pages=pages, length=st.length + live.astype(jnp.int32))
 
   return decode_rows(state, host_done, refill_at, forward, sampler=sampler, eos_ids=eos_ids)
@@ -208,16 +218,18 @@ class PagedPrograms:
     sig = (eos_ids, self._shapes((state, prefix, admit, copies, key)))
     return self._jit("insert_paged", sig, build)(state, prefix, admit, copies, key)
 
-  def decode_paged_jit(self, graphdef, args, *, sampler, eos_ids):
+  def decode_paged_jit(self, graphdef, args, *, sampler, eos_ids, attention="gather", interpret=False):
     def build():
       def decode_paged_program(p, st, *rest):
-        return decode_paged(graphdef, p, st, *rest, sampler=sampler, eos_ids=eos_ids)
+        return decode_paged(graphdef, p, st, *rest, sampler=sampler, eos_ids=eos_ids, attention=attention,
+                            interpret=interpret)
       return jax.jit(decode_paged_program, donate_argnums=(1,))
-    sig = (graphdef, sampler, eos_ids, self._shapes(args))
+    sig = (graphdef, sampler, eos_ids, attention, interpret, self._shapes(args))
     return self._jit("decode_paged", sig, build)
 
-  def decode_paged(self, graphdef, *args, sampler, eos_ids):
-    return self.decode_paged_jit(graphdef, args, sampler=sampler, eos_ids=eos_ids)(*args)
+  def decode_paged(self, graphdef, *args, sampler, eos_ids, attention="gather", interpret=False):
+    return self.decode_paged_jit(graphdef, args, sampler=sampler, eos_ids=eos_ids, attention=attention,
+                                 interpret=interpret)(*args)
 
   def compact_paged(self, state, keep, valid):
     sig = self._shapes((state, keep))
@@ -293,9 +305,9 @@ def decode_step_bytes(cfg: ModelConfig, *, slots: int, columns: int, fill: float
   # XLA's cost analysis prices a gather as reading its whole operand (however few rows it takes), so
   # the pool here holds exactly the pages gathered: a gather that reads only the listed pages, as
   # the Pallas kernels do. (The engine's pool is larger; the step reads the same pages.)
-  pool = [KVCache(sds((bucket * block, page_size, kv, hd), dtype), sds((bucket * block, page_size, kv, hd), dtype))
+  pool = [KVCache(sds((kv, bucket * block, page_size, hd), dtype), sds((kv, bucket * block, page_size, hd), dtype))
           for _ in range(cfg.num_hidden_layers)]
-  tiny = [KVCache(sds((1, page_size, kv, hd), dtype), sds((1, page_size, kv, hd), dtype))
+  tiny = [KVCache(sds((kv, 1, page_size, hd), dtype), sds((kv, 1, page_size, hd), dtype))
           for _ in range(cfg.num_hidden_layers)]
   paged_bytes = cost(paged, params, pool, i32(slots), i32(slots), i32(bucket, block), i32(bucket), i32(bucket),
                      i32(slots))

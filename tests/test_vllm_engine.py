@@ -6,6 +6,7 @@ module: greedy parity with our engine and transformers, stop strings / n samples
 log-probs, update_params with perturbed weights; then a 2-step coding:tiny run with the engine.
 """
 import json
+import os
 
 import jax
 import jax.numpy as jnp
@@ -17,11 +18,14 @@ from compassplay_jax.sampling import SamplingConfig, build_prompt
 from compassplay_jax.sampling.engine import Request, StaticEngine, make_engine
 from compassplay_jax.sampling.vllm_engine import find_vllm_python, row_seeds
 
+# CI's vLLM step sets COMPASSPLAY_REQUIRE_VLLM=1: there a missing venv fails the tests (the engine cannot
+# start) instead of skipping them.
+REQUIRED = os.environ.get("COMPASSPLAY_REQUIRE_VLLM", "0") != "0"
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.xdist_group("vllm"),  # one engine at a time on the 2 cores
-    pytest.mark.skipif(find_vllm_python() is None, reason="no vLLM venv (bash scripts/install.sh vllm, or "
-                                                          "COMPASSPLAY_VLLM_PYTHON; docs/testing.md)"),
+    pytest.mark.skipif(find_vllm_python() is None and not REQUIRED,
+                       reason="no vLLM venv (bash scripts/install.sh vllm, or COMPASSPLAY_VLLM_PYTHON; docs/testing.md)"),
 ]
 
 QUESTIONS = ["What is the capital of France?", "Write a Python function that adds two numbers.",

@@ -11,7 +11,7 @@ paper configs").
   batching with `slots` slots in arrival order, each finished row's slot taking the next request
   (sampling/continuous.py with refill_threshold 1 and order "arrival").
 * Call counts of one step (`coding_step_plan`, `lean_iteration_plan`): derived from a run config as
-  selfplay/coding.py, selfplay/lean.py, selfplay/step.py and selfplay/alignment.py batch their
+  settings/coding/setting.py, settings/lean/setting.py, selfplay/step.py and selfplay/alignment.py batch their
   device calls, with the outcome rates that no config holds (valid proposals, solved targets, ...)
   as stated assumptions.
 * The program that runs (experiments/step_time.py --program): `engine_slots` (the continuous engine's
@@ -30,6 +30,9 @@ import math
 from typing import Sequence
 
 import numpy as np
+
+from compassplay_jax import config_base
+from compassplay_jax.rewards.proposer_rewards import uses_cosine
 
 
 # ---- decode schedules ---------------------------------------------------------------------------
@@ -197,18 +200,12 @@ def _round_up(n: int, multiple: int) -> int:
   return -(-n // multiple) * multiple
 
 
-def _recomputes(config) -> bool:
-  """config_base.recompute_logprobs: old log-probs from a training forward ("auto": compute dtype not fp32)."""
-  value = config.train.get("recompute_logprobs", "off")
-  return config.model.dtype != "float32" if value == "auto" else value == "on"
-
-
 def _update_counts(config, chunks: Sequence[int], micro: int) -> tuple[int, int]:
   """(train micro-batches, recomputed log-prob passes) of optimizer steps over `chunks` rows each
   (step.update_params: each chunk padded to the micro-batch; with train.recompute_logprobs every chunk
   after the first gets a forward pass per micro-batch first, the first uses its own forward)."""
   per_chunk = [-(-n // micro) for n in chunks]
-  return sum(per_chunk), (sum(per_chunk[1:]) if _recomputes(config) else 0)
+  return sum(per_chunk), (sum(per_chunk[1:]) if config_base.recompute_logprobs(config) else 0)
 
 
 def packed_update_tokens(chunks: Sequence[Sequence[tuple[int, int]]], token_budget: int, max_len: int | None,
@@ -230,7 +227,7 @@ def reward_micro_batch(config_micro_batch: int, rows: int, batch_divisor: int) -
 
 
 def coding_step_plan(config, batch_divisor: int, *, valid_fraction: float = 1.0, host_workers: int = 64) -> StepPlan:
-  """The device calls of one coding step (selfplay/coding.py), all proposals valid at fraction 1.
+  """The device calls of one coding step (settings/coding/setting.py), all proposals valid at fraction 1.
 
   generate: the proposals in one call per decoding mode (coding.CodingSelfPlay._propose_all: the
   types that share a scaffold and prefix share a call; a scaffold decodes two segments), the solve-rate
@@ -260,14 +257,14 @@ def coding_step_plan(config, batch_divisor: int, *, valid_fraction: float = 1.0,
   rollouts = c.solver_tasks_per_type * len(types)
   generate.append(GenerateCall("solver rollouts", rollouts, 1))
   r = config.reward
-  uses_cos = r.name in ("compassplay_cos", "compassplay_cos_novelty") and valid > 0
+  uses_cos = uses_cosine(r.name) and valid > 0
   g_mb = reward_micro_batch(r.micro_batch_size, r.reference_size, batch_divisor)
   ref_rows = _round_up(r.reference_size, batch_divisor)
   cos_mb = _round_up(r.micro_batch_size, batch_divisor)
   train_mb = _round_up(config.train.micro_batch_size, batch_divisor)
   rows = proposals + rollouts
-  k = max(1, min(config.train.get("ppo_mini_batches", 1), rows))  # coding.ppo_mini_batches: K near-equal pieces
-  bounds = np.linspace(0, rows, k + 1).round().astype(int)  # as selfplay/coding.ppo_mini_batches cuts them
+  k = max(1, min(config.train.ppo_mini_batches, rows))  # K near-equal pieces
+  bounds = np.linspace(0, rows, k + 1).round().astype(int)  # as settings/coding/setting.ppo_mini_batches cuts them
   chunks = [int(b - a) for a, b in zip(bounds[:-1], bounds[1:])]
   micro_batches, logprob_passes = _update_counts(config, chunks, train_mb)
   workers = config.sandbox.num_workers or host_workers  # 0 = the host's cores
@@ -298,7 +295,7 @@ class LeanOutcomes:
 
 def lean_iteration_plan(config, batch_divisor: int, outcomes: LeanOutcomes = LeanOutcomes(),
                         host_workers: int = 64) -> StepPlan:
-  """The device calls of one Lean iteration (selfplay/lean.py).
+  """The device calls of one Lean iteration (settings/lean/setting.py).
 
   generate: one conjecture call (conjectures_per_seed per seed; conditioning "seeds" = every solved
   target), one proof call (proofs_per_problem for every target and every valid conjecture). Checks:
@@ -322,7 +319,7 @@ def lean_iteration_plan(config, batch_divisor: int, outcomes: LeanOutcomes = Lea
   proofs = (targets + valid) * l.proofs_per_problem
   generate = (GenerateCall("conjectures", seeds, l.conjectures_per_seed),
               GenerateCall("proofs (targets + valid conjectures)", targets + valid, l.proofs_per_problem))
-  uses_cos = config.reward.name in ("compassplay_cos", "compassplay_cos_novelty")
+  uses_cos = uses_cosine(config.reward.name)
   one_row = reward_micro_batch(config.reward.micro_batch_size, 1, batch_divisor)
   rows = int(round(o.solver_row_fraction * proofs)) + int(round(o.conjecture_row_fraction * eligible))
   size = l.train_batch_size or rows

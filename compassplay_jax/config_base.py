@@ -1,4 +1,5 @@
-"""Fields shared by configs/coding.py and configs/lean.py, with their defaults.
+"""Fields every setting shares, with their defaults; each setting's own block comes from its spec
+(compassplay_jax/settings: config.coding, config.lean, a plug-in's).
 
 Config files are code (big_vision style): `get_config(arg)` builds on `base_config` and sets what
 its setting and variant need. Every field can be overridden from the command line
@@ -9,7 +10,7 @@ import dataclasses
 import ml_collections
 
 from compassplay_jax.models.config import ModelConfig
-from compassplay_jax.rewards.proposer_rewards import RewardConfig
+from compassplay_jax.rewards.proposer_rewards import REWARD_FNS, SOAR_UTILITY, RewardConfig
 from compassplay_jax.rl.train_step import TrainConfig
 from compassplay_jax.sampling.config import SamplingConfig
 from compassplay_jax.sharding import MeshConfig
@@ -99,10 +100,13 @@ def eval_config() -> ml_collections.ConfigDict:
 
 
 def check_config(config) -> None:
-  """Start-up checks of the fields every setting shares (ConfigError names the field)."""
+  """Start-up checks of the fields every setting shares (ConfigError names the field); the setting's own
+  block is its spec's validate (compassplay_jax/settings)."""
   from compassplay_jax import profiling
   from compassplay_jax.models.config import ConfigError
   from compassplay_jax.sampling.engine import ENGINES
+  if config.reward.name not in REWARD_FNS:
+    raise ConfigError(f"config.reward.name: {config.reward.name!r} is not one of {sorted(REWARD_FNS)}")
   if config.sampling.engine not in ENGINES:
     raise ConfigError(f"config.sampling.engine: {config.sampling.engine!r} is not one of {ENGINES}")
   if config.sampling.engine == "vllm" and config.sampling.vllm_sleep not in ("auto", "on", "off"):
@@ -126,7 +130,7 @@ def check_config(config) -> None:
     raise ConfigError(f"config.train.verl_micro_batch_rows={config.train.verl_micro_batch_rows}: must be >= 1")
   if config.train.ppo_mini_batches < 1:
     raise ConfigError(f"config.train.ppo_mini_batches={config.train.ppo_mini_batches}: must be >= 1")
-  if config.reward.name == "soar_utility":
+  if config.reward.name == SOAR_UTILITY:
     r = config.reward
     for name in ("soar_group_size", "soar_inner_steps"):
       if r[name] < 1:
@@ -146,8 +150,10 @@ def check_config(config) -> None:
 
 
 def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
+  """The fields every setting shares, with their defaults, and the block of `setting` (a registered name)."""
+  from compassplay_jax import settings
   config = ml_collections.ConfigDict()
-  config.setting = setting  # "coding" | "lean"
+  config.setting = setting  # a registered setting: "coding" | "lean" | a plug-in (compassplay_jax/settings)
   config.variant = variant
   config.seed = 0
   config.steps = 10
@@ -295,68 +301,9 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.profile.steps = ""
   config.profile.dir = ""
 
-  config.coding = ml_collections.ConfigDict()
-  config.coding.task_types = "abduction,deduction,induction"
-  config.coding.proposals_per_type = 8
-  config.coding.solver_tasks_per_type = 8
-  config.coding.num_references = 6
-  config.coding.induction_inputs = 10
-  config.coding.solve_samples = 8
-  config.coding.buffer_cap = 16384
-  config.coding.seed_dir = ""
-  config.coding.seed_limit = 256
-  config.coding.prompt_style = "chat"  # "plain": AZR's R1 text ending in "Assistant: <think>"; "chat": chat template
-  # Response scaffolds for small models ("" = off, the AZR format). The proposer's turn starts with
-  # proposer_prefix; with input_scaffold the program and its input are decoded as two segments.
-  config.coding.proposer_prefix = ""
-  config.coding.input_scaffold = ""
-  config.coding.solver_prefix = ""  # {block}: output | input | python, by task type
-  # Where each scaffolded proposal segment stops: a fence (the block's end), or e.g. "\n" for
-  # one-line programs and inputs (the loop then closes the block).
-  config.coding.segment_stop = "```"
-  # Where an unscaffolded proposer or solver response stops besides eos and its budget: AZR's rollouts
-  # have no stop string (the response may go on after </answer>; answers are read from the last
-  # answer block), so none by default; "</answer>" cuts each response at its first answer.
-  config.coding.answer_stop = ""
-
-  config.lean = ml_collections.ConfigDict()
-  config.lean.command = "lake env repl"
-  config.lean.cwd = ""  # a Mathlib project directory
-  config.lean.targets_path = "data:minif2f/minif2f.jsonl"
-  config.lean.targets_limit = 0  # 0 = all targets
-  config.lean.targets_per_iteration = 0  # 0 = every target, solved ones included (SGS: the full batch)
-  config.lean.proofs_per_problem = 8
-  config.lean.num_workers = 0  # REPL processes (or kimina requests in flight) per host; 0 = its cores, memory allowing
-  config.lean.timeout_s = 60.0
-  config.lean.memory_limit_mb = 8192
-  config.lean.max_checks_per_process = 200
-  # Who checks proofs (verifiers/lean_checker.py): "local" = REPL processes here (command, cwd);
-  # "kimina" = a kimina-lean-server whose URL and API key are read from these environment variables.
-  config.lean.checker = "local"
-  config.lean.kimina_url_env = "COMPASSPLAY_KIMINA_URL"
-  config.lean.kimina_key_env = "COMPASSPLAY_KIMINA_API_KEY"
-  config.lean.kimina_batch_size = 8  # snippets per request (the server checks them in parallel)
-  config.lean.kimina_retries = 3  # a failed request is re-sent this often, then its proofs are system errors
-  config.lean.kimina_backoff_s = 1.0  # first wait before a retry; doubles each time
-  config.lean.kimina_request_timeout_s = 0.0  # 0 = timeout_s x kimina_batch_size + 60
-  config.lean.prefill_proof = False  # start the prover's turn with the statement's code block
-  config.lean.solver_band_max = 0.5  # REINFORCE-1/2: train on problems with 0 < s <= 0.5
-  # The loop's schedule and rules (selfplay/lean.py; configs/lean.py sets SGS's values with their sources):
-  config.lean.conditioning = "seeds"  # seeds | unsolved | all (domains/lean/schedule.py)
-  config.lean.conjectures_per_seed = 1
-  config.lean.seeds_per_iteration = 0  # 0 = every scheduled statement
-  config.lean.proposer_advantage = "floored_baseline"  # floored_baseline | sgs_minmax
-  config.lean.zero_weight_try = True  # proofs containing `try` get weight 0
-  config.lean.overlong_penalty = True  # DAPO length penalty on kept proofs longer than 0.8 x max_new_tokens
-  config.lean.conjecture_length_penalty = True  # the same penalty on trained conjectures
-  config.lean.strict_extraction = True  # one ```lean4 block, the whole answer, one declaration
-  # SGS's conjecture filters (configs/lean.py turns them on): drop a conjecture whose extracted string equals a
-  # target statement or an earlier conjecture, before proving (domains/lean/dedup.py); cap prompt plus
-  # generation per request at this many tokens (0 = no cap; each request's budget then max_new_tokens).
-  config.lean.dedup_conjectures = False
-  config.lean.max_total_tokens = 0
-  config.lean.train_batch_size = 32  # rows per optimizer step; 0 = one step over all rows
-  config.lean.epochs_per_iteration = 1
+  # The setting's own block, config.<setting>: its spec's (compassplay_jax/settings; an unknown name is a
+  # one-line error naming the known ones).
+  config[setting] = settings.get(setting).config_block()
   return config
 
 

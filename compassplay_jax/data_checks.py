@@ -2,23 +2,31 @@
 are the pinned files, and the loaders that read fetched files back.
 
 This module sits above the data layer (compassplay_jax/data: the data directory, the pinned sources, the
-fetch) and above the modules that own the loaders (evals.benchmarks, the coding reference set and seed
-buffers, the Lean targets), so data/ imports none of them (tests/test_import_layers.py).
+fetch) and above the modules that own the loaders (evals.benchmarks; each setting's spec names its data
+files and their loaders, compassplay_jax/settings), so data/ imports none of them
+(tests/test_import_layers.py).
 """
 from __future__ import annotations
 
 import pathlib
 
+from compassplay_jax import settings
 from compassplay_jax.data import fetch, sources
 from compassplay_jax.data.paths import (PREFIX, DataIntegrityError, DataMissingError, data_dir, fetch_command,
                                         is_data_path, resolve)
-from compassplay_jax.domains.coding.reference_set import load_reference_set
 from compassplay_jax.evals import benchmarks
 
 
+def _field(config, dotted: str):
+  node = config
+  for part in dotted.split("."):
+    node = node[part]
+  return node
+
+
 def needed_files(config) -> list[tuple[str, str]]:
-  """(config field, data-dir relpath) for every data file this config will read."""
-  from compassplay_jax.rewards.proposer_rewards import uses_cosine  # imports jax: only where a run starts
+  """(config field, data-dir relpath) for every data file this config will read: its setting's
+  (spec.data_files) and the evaluation's benchmarks."""
   needed = []
 
   def add(field, value, expand_dir=False):
@@ -29,12 +37,8 @@ def needed_files(config) -> list[tuple[str, str]]:
     files = [o for o in dataset.outputs if o.startswith(rel + "/")] if dataset else []
     needed.extend((field, f) for f in (files or [rel]))
 
-  if config.setting == "coding":
-    add("coding.seed_dir", config.coding.seed_dir, expand_dir=True)
-    if uses_cosine(config.reward.name) and config.reward.reference == "external":
-      add("reward.reference_path", config.reward.reference_path)
-  if config.setting == "lean":
-    add("lean.targets_path", config.lean.targets_path)
+  for data_file in settings.of(config).data_files(config):
+    add(data_file.field, _field(config, data_file.field), expand_dir=data_file.expand_dir)
   if config.eval.every_steps or config.eval.get("dense_every_steps", 0):
     overridden = {e.split("=", 1)[0].strip() for e in (config.eval.paths or "").split(",") if "=" in e}
     if not config.eval.data_dir:  # "" = the data directory
@@ -100,35 +104,21 @@ def prepare_config(config) -> None:
   check_config(config)
   check_hashes(config)
   directory = data_dir(config.data_dir)
-  for block, field in (("coding", "seed_dir"), ("reward", "reference_path"), ("lean", "targets_path")):
-    value = config[block][field]
-    if is_data_path(value):
-      config[block][field] = str(resolve(value, directory))
+  fields = ["reward.reference_path"] + [f.field for f in settings.of(config).data_files(config)]
+  for dotted in dict.fromkeys(fields):
+    *parents, leaf = dotted.split(".")
+    block = _field(config, ".".join(parents))
+    if is_data_path(block[leaf]):
+      block[leaf] = str(resolve(block[leaf], directory))
   if not config.eval.data_dir:
     config.eval.data_dir = str(directory)
 
 
 # ---- reading fetched files back ------------------------------------------------------------------------
 
-def _read_seed_buffer(path: pathlib.Path) -> None:
-  from compassplay_jax.domains.coding import buffers, tasks
-  task_type = tasks.INDUCTION if "code_f" in path.name else tasks.DEDUCTION
-  buffers.load_azr_seed_file(path, task_type, limit=10 ** 9)
-
-
-def _read_targets(path: pathlib.Path) -> None:
-  from compassplay_jax.domains.lean.targets import load_targets
-  load_targets(path)
-
-
-# Data-dir folder -> the loader a run reads its files with (benchmark files are matched first, by relpath).
-READERS = {
-    "math/": lambda path: load_reference_set(str(path), 1, 0),
-    "azr_seed/": _read_seed_buffer,
-    "minif2f/": _read_targets,
-    "leanworkbook/": _read_targets,
-    "d3k/": _read_targets,
-}
+def readers() -> dict:
+  """Data-dir folder -> the loader a run reads its files with, from every setting's spec."""
+  return {prefix: read for name in settings.names() for prefix, read in settings.get(name).readers.items()}
 
 
 def reader_for(relpath: str):
@@ -136,7 +126,7 @@ def reader_for(relpath: str):
   for name, spec in benchmarks.BENCHMARKS.items():
     if spec.relpath == relpath:
       return lambda path, name=name: benchmarks.load_benchmark(name, path=path)
-  return next((read for prefix, read in READERS.items() if relpath.startswith(prefix)), None)
+  return next((read for prefix, read in readers().items() if relpath.startswith(prefix)), None)
 
 
 def read_back(relpath: str, path: pathlib.Path) -> None:

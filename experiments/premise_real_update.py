@@ -108,8 +108,7 @@ def run(args) -> dict:
       plan = setting.plan(step)
       proposals = setting.propose(engine, params, plan, k_propose, times)
       verified = setting.verify(engine, params, plan, proposals, k_verify, times)
-      scores = step_lib.score(engine, params, verified.candidates, setting.references(plan, verified),
-                              setting.scoring(), times)
+      scores = step_lib.score(engine, params, verified.candidates, verified.references, setting.scoring(), times)
       rows, _ = setting.rows(engine, params, plan, proposals, verified, scores, k_rows, times)
       setting.commit(plan, proposals, verified, scores)
       spans = candidate_spans(verified.record.slots, proposals.segments)

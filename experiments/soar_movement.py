@@ -69,7 +69,7 @@ def main(argv=None) -> int:
   from compassplay_jax.rewards.reference import reference_loss_and_gradient
   from compassplay_jax.selfplay import alignment, soar_measure
   from compassplay_jax.selfplay import step as step_lib
-  from compassplay_jax.selfplay.coding import render
+  from compassplay_jax.settings.coding.setting import render
   from compassplay_jax.selfplay.run import build_model
   from compassplay_jax.selfplay.sequences import TRAIN_BUCKETS, pack
 

@@ -30,7 +30,7 @@ from compassplay_jax.engine import Engine, EngineSettings  # noqa: E402
 from compassplay_jax.model_setup import build_model  # noqa: E402
 from compassplay_jax.selfplay import alignment  # noqa: E402
 from compassplay_jax.selfplay import step as step_lib  # noqa: E402
-from compassplay_jax.selfplay.coding import CodingSelfPlay  # noqa: E402
+from compassplay_jax.settings.coding.setting import CodingSelfPlay  # noqa: E402
 from compassplay_jax.verifiers.sandbox import SandboxPool  # noqa: E402
 from tests import compile_events  # noqa: E402
 from tests.scripted_coder import SHORT_SEQUENCES, ScriptedCoder  # noqa: E402

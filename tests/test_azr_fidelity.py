@@ -25,7 +25,7 @@ def _config(variant: str):
 
 
 def test_paper_config_samples_with_no_stop_string_azr_lacks():
-  from compassplay_jax.selfplay.coding import CodingSelfPlay
+  from compassplay_jax.settings.coding.setting import CodingSelfPlay
   config = _config("paper")
   assert config.coding.answer_stop == "" and not config.coding.proposer_prefix and not config.coding.solver_prefix
   play = object.__new__(CodingSelfPlay)  # only the sampling calls are exercised: no model, no pool
@@ -102,7 +102,7 @@ def test_soar_inner_optimizer_reaches_the_measurement(optimizer):
   """reward.soar_inner_optimizer is what the loop's SOAR measurement trains its copies with (the
   setting's ScoreOptions carry it to soar_measure)."""
   from types import SimpleNamespace
-  from compassplay_jax.selfplay.coding import CodingSelfPlay
+  from compassplay_jax.settings.coding.setting import CodingSelfPlay
   config = _config("demo")
   config.reward.name, config.reward.soar_inner_optimizer = "soar_utility", optimizer
   play = object.__new__(CodingSelfPlay)

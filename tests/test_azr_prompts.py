@@ -13,7 +13,7 @@ import pytest
 from compassplay_jax.domains.coding import azr_prompts, parsing, prompts, tasks, validation
 from compassplay_jax.evals import benchmarks
 from compassplay_jax.evals import prompts as eval_prompts
-from compassplay_jax.selfplay import coding
+from compassplay_jax.settings.coding import setting as coding
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 FIXTURE = json.loads((REPO / "tests" / "fixtures" / "azr_prompts_41ed983.json").read_text())

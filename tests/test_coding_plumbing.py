@@ -20,7 +20,8 @@ from compassplay_jax.rl.train_step import TrainConfig, init_train_state, make_lo
 from compassplay_jax.sampling.prompts import encode_prompts
 from compassplay_jax.selfplay import alignment
 from compassplay_jax.selfplay.rollout import Row, reward_config
-from compassplay_jax.selfplay.step import one_device_engine, padded_batch, with_advantages
+from compassplay_jax.selfplay.step import padded_batch, with_advantages
+from tests.engines import one_device_engine
 from tests.test_selfplay import tiny_model
 
 REFERENCE = [("What is 2 + 3?", "2 + 3 = 5. The answer is 5."), ("What is 7 * 6?", "7 * 6 = 42. The answer is 42.")]

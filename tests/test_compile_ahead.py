@@ -12,10 +12,10 @@ import pytest
 
 from compassplay_jax.sampling.prompts import encode_prompts
 from compassplay_jax.selfplay import alignment
-from compassplay_jax.selfplay import step as step_lib
 from compassplay_jax.selfplay.sequences import pack
 from tests import compile_events
 from tests.test_selfplay import _config, tiny_model
+from tests.engines import one_device_engine
 
 AHEAD = {"jit(reference_gradient)", "jit(gradient_cosines)", "jit(update)"}
 
@@ -28,7 +28,7 @@ def tiny():
 def _engine(graphdef, params, config, ahead: bool):
   config = config.copy_and_resolve_references()
   config.compile_ahead = "on" if ahead else "off"
-  return step_lib.one_device_engine(graphdef, params, config)
+  return one_device_engine(graphdef, params, config)
 
 
 def _reward_and_update(engine, params, tokenizer, *, ahead: bool):

@@ -158,9 +158,9 @@ def test_paper_configs_pass_the_data_check_on_the_development_data(arg, capsys):
   else:
     stand_in = SHARED_DATA / "leanworkbook" / "leanworkbook_train_1k.jsonl"
     assert config.lean.targets_path == str(d3k if d3k.exists() else stand_in)
-  from compassplay_jax.selfplay import coding
+  from compassplay_jax.settings.coding import config as coding
   if arg == "coding":
-    coding.validate_config(config)  # the reference file loads from the resolved path
+    coding.validate(config)  # the reference file loads from the resolved path
 
 
 def test_start_up_refuses_data_files_that_are_not_the_pinned_ones(tmp_path, capsys):

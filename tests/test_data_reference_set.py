@@ -32,7 +32,7 @@ def tokenizer():
 
 def _packed_reference(config, tokenizer):
   """The reference tokens the coding setting packs for g_ref (the run's own code path)."""
-  from compassplay_jax.selfplay.coding import CodingSelfPlay
+  from compassplay_jax.settings.coding.setting import CodingSelfPlay
   setting = CodingSelfPlay(config, tokenizer, pool=None)
   assert setting.reference is not None
   return np.asarray(setting.reference.tokens)

@@ -20,20 +20,21 @@ def everything_but(*allowed: str) -> set[str]:
 
 
 # Modules above the domains and the evaluation: the loops, the entry points, the run-level data check.
-_ABOVE_DOMAINS = {"selfplay", "engine", "rl", "sampling", "rewards", "models", "sharding", "microbatch", "reports",
+_ABOVE_DOMAINS = {"selfplay", "settings", "engine", "rl", "sampling", "rewards", "models", "sharding", "microbatch", "reports",
                   "data_checks", "main", "evaluate", "sweep", "report", "model_setup", "memory_report", "checkpoint"}
 
 # module or package (relative to compassplay_jax) -> top-level parts it must not import
 FORBIDDEN = {
-    "models": {"selfplay", "domains", "evals", "sharding", "engine", "rewards", "rl", "sampling", "verifiers"},
-    "sharding.py": {"selfplay", "domains", "evals", "rl", "rewards", "sampling", "engine", "verifiers"},
-    "microbatch.py": {"selfplay", "domains", "evals", "rl", "rewards", "sampling", "engine", "models"},
-    "rewards": {"selfplay", "domains", "evals", "engine", "verifiers"},
-    "rl": {"selfplay", "domains", "evals", "engine", "verifiers"},
-    "sampling": {"selfplay", "domains", "evals", "engine", "verifiers"},
-    "engine.py": {"selfplay", "domains", "evals", "verifiers"},
-    "lean_syntax": {"selfplay", "domains", "evals", "verifiers", "rewards"},
-    "verifiers": {"selfplay", "domains", "evals"},
+    "models": {"selfplay", "settings", "domains", "evals", "sharding", "engine", "rewards", "rl", "sampling",
+               "verifiers"},
+    "sharding.py": {"selfplay", "settings", "domains", "evals", "rl", "rewards", "sampling", "engine", "verifiers"},
+    "microbatch.py": {"selfplay", "settings", "domains", "evals", "rl", "rewards", "sampling", "engine", "models"},
+    "rewards": {"selfplay", "settings", "domains", "evals", "engine", "verifiers"},
+    "rl": {"selfplay", "settings", "domains", "evals", "engine", "verifiers"},
+    "sampling": {"selfplay", "settings", "domains", "evals", "engine", "verifiers"},
+    "engine.py": {"selfplay", "settings", "domains", "evals", "verifiers"},
+    "lean_syntax": {"selfplay", "settings", "domains", "evals", "verifiers", "rewards"},
+    "verifiers": {"selfplay", "settings", "domains", "evals"},
     "config_base.py": {"selfplay", "domains", "evals"},
     "errors.py": {"*"},
     "gc_policy.py": {"*"},
@@ -48,9 +49,14 @@ FORBIDDEN = {
     "data": everything_but("data", "errors", "jsonl"),
     "evals": _ABOVE_DOMAINS,
     "domains": _ABOVE_DOMAINS | {"evals"},
-    # The loops: below the entry points only.
+    # The loops and the settings they run: below the entry points only.
     "selfplay": {"main", "evaluate", "sweep", "report", "memory_report"},
+    "settings": {"main", "evaluate", "sweep", "report", "memory_report"},
 }
+
+# What runs any registered setting: none imports a built-in setting's package or compares
+# config.setting with a name; they ask the registry (compassplay_jax/settings).
+SETTING_BLIND = ("selfplay", "reports", "data_checks.py", "config_base.py", "main.py", "report.py", "sweep.py")
 
 # Command-line entry points (`python -m ...`) that nothing imports: exempt from their folder's rule, held
 # to their own. data/__main__.py hands the loaders (data_checks.read_back) to the fetch.
@@ -114,6 +120,23 @@ def test_entry_points_import_only_what_they_may_and_nothing_imports_them(entry):
   module = "compassplay_jax." + entry.removesuffix(".py").replace("/", ".")
   importers = sorted(m for m, targets in import_graph().items() if module in targets)
   assert importers == [], f"{module} is an entry point, but {importers} import it"
+
+
+@pytest.mark.parametrize("place", SETTING_BLIND)
+def test_the_loop_and_the_reports_name_no_setting(place):
+  from compassplay_jax import settings
+  bad = []
+  for f in files_of(place):
+    tree = ast.parse(f.read_text(), str(f))
+    for name in _imported_names(tree, f):
+      bits = name.split(".")
+      if bits[:2] == ["compassplay_jax", "settings"] and len(bits) > 2 and bits[2] in settings.builtin_names():
+        bad.append(f"{f.relative_to(PACKAGE)} imports {name}")
+    for node in ast.walk(tree):
+      if isinstance(node, ast.Compare) and any(isinstance(x, ast.Attribute) and x.attr == "setting"
+                                               for x in (node.left, *node.comparators)):
+        bad.append(f"{f.relative_to(PACKAGE)}:{node.lineno} compares .setting")
+  assert not bad, "\n".join(bad)
 
 
 def test_the_checker_sees_imports_inside_functions(tmp_path):

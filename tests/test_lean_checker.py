@@ -190,7 +190,7 @@ def test_no_free_repl_answers_are_retried_not_failed_proofs():
 
 
 def test_the_lean_loop_re_queues_system_errors_and_counts_them():
-  from compassplay_jax.selfplay.lean import check_requeued
+  from compassplay_jax.settings.lean.setting import check_requeued
   # The client gives up at once (retries 0): two "No available REPLs" become system errors, which
   # the loop checks again.
   with FakeKiminaServer(flavor="2.1.3", busy_first=2) as pypi, kimina(pypi.url, retries=0, line_mode=BODY_LINES) as remote:

@@ -22,11 +22,12 @@ from flax import nnx
 from compassplay_jax.rewards import novelty
 from compassplay_jax.sampling.generate import GenerationResult
 from compassplay_jax.selfplay import step as step_lib
-from compassplay_jax.selfplay.lean import LeanSelfPlay
+from compassplay_jax.settings.lean.setting import LeanSelfPlay
 from compassplay_jax.selfplay.rollout import truncate_prompt
 from compassplay_jax.selfplay.run import build_model
 from compassplay_jax.selfplay.sequences import pack
 from tests.test_selfplay import _config
+from tests.engines import one_device_engine
 
 FAKE_REPL = pathlib.Path(__file__).with_name("fake_lean_repl.py")
 HEADER = "import Mathlib\n"
@@ -163,7 +164,7 @@ _ENGINES = {}
 
 def _engine(graphdef, params, config):
   """One engine per model: its compiled functions are reused across tests."""
-  return _ENGINES.setdefault(id(graphdef), step_lib.one_device_engine(graphdef, params, config))
+  return _ENGINES.setdefault(id(graphdef), one_device_engine(graphdef, params, config))
 
 
 def _collect(play, graphdef, params, step, key):
@@ -331,7 +332,7 @@ def test_try_proofs_get_zero_weight_and_train_batches_cover_one_epoch(setup):
     ("lean.conjectures_per_seed", 0, "config.lean.conjectures_per_seed: must be >= 1, got 0"),
 ])
 def test_bad_schedule_settings_are_one_line_errors(field, value, message):
-  from compassplay_jax.selfplay.lean import validate_config
+  from compassplay_jax.settings.lean.config import validate as validate_config
   config = _config("lean:tiny", **{"lean.targets_path": str(pathlib.Path(__file__).parent / "fixtures/lean/tiny_targets.json"),
                                    "lean.command": f"{sys.executable} {FAKE_REPL}", field: value})
   with pytest.raises(ValueError, match=message):

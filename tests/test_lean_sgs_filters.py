@@ -16,7 +16,7 @@ import pytest
 from compassplay_jax.domains.lean.dedup import sgs_duplicates
 from compassplay_jax.models.config import ConfigError
 from compassplay_jax.sampling.generate import GenerationResult
-from compassplay_jax.selfplay import lean as lean_loop
+from compassplay_jax.settings.lean import budget, config as lean_config, setting as lean_loop
 from compassplay_jax.selfplay import step as step_lib
 from compassplay_jax.selfplay.rollout import truncate_prompt
 from compassplay_jax.verifiers.lean_acceptance import accept_proof
@@ -130,7 +130,7 @@ def test_sgs_dedup_drops_a_duplicate_conjecture_before_it_is_proved(tmp_path, to
   assert [o.solve_rate for o in verified.record.outcomes] == [0.0 if d else 1.0 for d in dropped]
   assert metrics["lean/conjectures_deduplicated"] == 6
   assert metrics["lean/conjectures"] == 8
-  assert [r["duplicate"] for r in metrics["candidates"]] == dropped
+  assert [r.fields["duplicate"] for r in metrics["candidates"]] == dropped
 
 
 def test_without_dedup_every_valid_conjecture_is_proved(tmp_path, tokenizer):
@@ -172,9 +172,9 @@ def test_the_failed_rule_reads_warnings_only_and_the_lowercase_substring():
 # ---- the prompt-plus-generation cap ----------------------------------------------------------------
 
 def test_generation_budget_is_the_token_cap_minus_the_prompt():
-  assert lean_loop.generation_budget(500, 8192, 8192) == 7692
-  assert lean_loop.generation_budget(500, 4096, 8192) == 4096  # max_new_tokens binds first
-  assert lean_loop.generation_budget(500, 8192, 0) == 8192  # no cap
+  assert budget.generation_budget(500, 8192, 8192) == 7692
+  assert budget.generation_budget(500, 4096, 8192) == 4096  # max_new_tokens binds first
+  assert budget.generation_budget(500, 8192, 0) == 8192  # no cap
 
 
 class _Engine:
@@ -192,7 +192,7 @@ def test_capped_sampler_gives_each_request_the_budget_left_by_its_prompt(tokeniz
   config.sampling.max_new_tokens = 80
   prompts = ["short", "a much longer prompt " * 20]
   engine = _Engine()
-  assert lean_loop.sample_capped(engine, None, tokenizer, prompts, config, None, n_samples=3,
+  assert budget.sample_capped(engine, None, tokenizer, prompts, config, None, n_samples=3,
                                  max_total_tokens=100) == "result"
   lengths = [len(truncate_prompt(tokenizer, p, 40)) for p in prompts]
   assert lengths[1] == 40  # cut to max_prompt_tokens, as rollout.sample cuts it
@@ -206,11 +206,11 @@ def test_cap_counts_capped_rows_and_rows_the_cap_ended():
   gen = SimpleNamespace(prompt_tokens=[np.zeros(30), np.zeros(30), np.zeros(5)], lengths=np.asarray([70, 12, 60]),
                         finish_reasons=["length", "eos", "length"])
   # budgets: 100 - 30 = 70, 70, min(80, 95) = 80; the first row stopped at its capped budget.
-  assert lean_loop.cap_counts(gen, 80, 100) == (2, 1)
-  assert lean_loop.cap_counts(gen, 80, 0) == (0, 0)
+  assert budget.cap_counts(gen, 80, 100) == (2, 1)
+  assert budget.cap_counts(gen, 80, 0) == (0, 0)
 
 
 def test_a_cap_that_leaves_no_room_after_the_longest_prompt_is_refused(tmp_path):
   config = _config("lean:tiny", **{"lean.max_total_tokens": 512})  # tiny: max_prompt_tokens 512
   with pytest.raises(ConfigError, match="max_total_tokens"):
-    lean_loop.validate_config(config)
+    lean_config.validate(config)

@@ -17,11 +17,12 @@ from compassplay_jax.sampling.generate import GenerationResult
 from compassplay_jax.sampling.prompts import encode_prompts
 from compassplay_jax.selfplay import alignment, compact_prompts, local_reference
 from compassplay_jax.selfplay import step as step_lib
-from compassplay_jax.selfplay.coding import CodingSelfPlay
+from compassplay_jax.settings.coding.setting import CodingSelfPlay
 from compassplay_jax.selfplay.run import build_model
 from compassplay_jax.verifiers.sandbox import SandboxPool
 from tests.test_coding_plumbing import _flat_grad
 from tests.test_selfplay import _config
+from tests.engines import one_device_engine
 
 NOVEL = ["max(x, 9) * 4", "min(x, 2) - 11", "abs(x) % 7 - 3", "x // 3 + 8"]  # new one-line bodies, none a seed's
 
@@ -63,9 +64,10 @@ class ScriptedCoder:
 class Recording(CodingSelfPlay):
   """Keeps the reward stage's inputs: the plan, the candidates and the reference batches."""
 
-  def references(self, plan, verified):
-    self.seen = (plan, verified.candidates, super().references(plan, verified))
-    return self.seen[2]
+  def verify(self, engine, params, plan, proposals, key, times):
+    verified = super().verify(engine, params, plan, proposals, key, times)
+    self.seen = (plan, verified.candidates, verified.references)
+    return verified
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +81,7 @@ def stepped():
   try:
     setting = Recording(config, tokenizer, pool, sampler=ScriptedCoder(tokenizer))
     assert setting.reference is None  # no reference set is loaded in local mode
-    engine = step_lib.one_device_engine(graphdef, params, config)
+    engine = one_device_engine(graphdef, params, config)
     result = step_lib.run_step(setting, engine, params, None, 1, jax.random.key(3), update=None)
     yield config, tokenizer, graphdef, params, setting, engine, result
   finally:
@@ -160,7 +162,7 @@ def test_one_step_pays_by_the_cosine_against_local_references(stepped):
 
 def test_reference_field_is_checked():
   from compassplay_jax.models.config import ConfigError
-  from compassplay_jax.selfplay.coding import validate_config
+  from compassplay_jax.settings.coding.config import validate as validate_config
   with pytest.raises(ConfigError, match="config.reward.reference: 'seed' is not one of"):
     validate_config(_config("coding:tiny", **{"reward.reference": "seed"}))
   validate_config(_config("coding:local_demo"))

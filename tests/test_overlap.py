@@ -7,10 +7,10 @@ import pytest
 from flax import nnx
 
 from compassplay_jax.selfplay import rollout
-from compassplay_jax.selfplay import step as step_lib
 from compassplay_jax.selfplay.overlap import BackgroundChecks
 from compassplay_jax.selfplay.run import build_model
 from tests.test_selfplay import _config
+from tests.engines import one_device_engine
 
 
 def test_an_item_is_checked_once_all_its_rows_are_in_and_finish_fills_the_rest():
@@ -40,7 +40,7 @@ def tiny():
   config = _config("coding:tiny", **{"sampling.micro_batch_size": 2, "sampling.engine": "static"})
   model, tokenizer = build_model(config)
   graphdef, params = nnx.split(model)
-  return config, tokenizer, step_lib.one_device_engine(graphdef, params, config), params
+  return config, tokenizer, one_device_engine(graphdef, params, config), params
 
 
 def test_checks_run_while_the_engine_still_decodes_and_equal_checks_after_it(tiny):

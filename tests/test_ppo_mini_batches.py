@@ -21,8 +21,9 @@ from compassplay_jax.models.config import ConfigError, ModelConfig
 from compassplay_jax.models.decoder import init_decoder
 from compassplay_jax.rl import train_step as train_lib
 from compassplay_jax.selfplay import step
-from compassplay_jax.selfplay.coding import ppo_mini_batches
+from compassplay_jax.settings.coding.setting import ppo_mini_batches
 from compassplay_jax.selfplay.rollout import Row
+from tests.engines import one_device_engine
 
 MODEL = ModelConfig(vocab_size=48, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                     num_attention_heads=2, num_key_value_heads=1)
@@ -166,7 +167,7 @@ def test_paper_config_makes_one_update_and_bad_counts_are_refused():
 
 def test_coding_step_makes_one_optimizer_step_per_mini_batch():
   """End to end: a tiny coding step with train.ppo_mini_batches=3 trains all its rows in 3 AdamW steps."""
-  from compassplay_jax.selfplay.coding import CodingSelfPlay
+  from compassplay_jax.settings.coding.setting import CodingSelfPlay
   from compassplay_jax.selfplay.run import build_model
   from compassplay_jax.verifiers.sandbox import SandboxPool
   from tests.test_selfplay import _config
@@ -179,7 +180,7 @@ def test_coding_step_makes_one_optimizer_step_per_mini_batch():
   pool = SandboxPool(num_workers=1)
   try:
     setting = CodingSelfPlay(config, tokenizer, pool, sampler=ScriptedCoder(tokenizer))
-    engine = step.one_device_engine(graphdef, params, config)
+    engine = one_device_engine(graphdef, params, config)
     p, o = engine.init_train_state(params)
     result = step.run_step(setting, engine, p, o, 1, jax.random.key(0),
                            update=step.UpdateOptions.from_config(config, tokenizer.pad_token_id))

@@ -10,6 +10,7 @@ from compassplay_jax.models.decoder import init_decoder
 from compassplay_jax.sampling import SamplingConfig, generate
 from compassplay_jax.sampling.continuous import ContinuousEngine
 from compassplay_jax.sampling.engine import Request, RolloutEngine, StaticEngine, make_engine
+from tests.engines import one_device_engine
 
 CFG = ModelConfig(vocab_size=89, hidden_size=32, intermediate_size=48)
 PROMPTS = [[5, 17, 3, 9, 22], [11, 4, 61], [7, 7, 30, 12, 50, 19, 2], [8, 1]]
@@ -90,11 +91,10 @@ def tiny_loop():
 def test_loop_sampling_goes_through_the_configured_engine(tiny_loop):
   from compassplay_jax.sampling import build_prompt
   from compassplay_jax.selfplay import rollout
-  from compassplay_jax.selfplay import step as step_lib
   config, (graphdef, params), tok = tiny_loop
   prompts = [build_prompt(tok, "Write f(x) = x + 1."), build_prompt(tok, "Say hi.")]
   assert config.sampling.engine == "continuous"  # the default (docs/sampling.md, the loop workload)
-  run_engine = step_lib.one_device_engine(graphdef, params, config)
+  run_engine = one_device_engine(graphdef, params, config)
   cont = rollout.sample(run_engine, params, tok, prompts, config, jax.random.key(0), n_samples=2,
                         max_new_tokens=6, stop_strings=("\n",))
   engine = run_engine.rollout
@@ -102,7 +102,7 @@ def test_loop_sampling_goes_through_the_configured_engine(tiny_loop):
   assert engine.params is run_engine.sampler_params(params) and engine.stats.inserts == 4
   config.sampling.engine = "static"
   try:
-    run_engine = step_lib.one_device_engine(graphdef, params, config)
+    run_engine = one_device_engine(graphdef, params, config)
     static = rollout.sample(run_engine, params, tok, prompts, config, jax.random.key(0), n_samples=2,
                             max_new_tokens=6, stop_strings=("\n",))
     assert isinstance(run_engine.rollout, StaticEngine)
@@ -114,7 +114,7 @@ def test_loop_sampling_goes_through_the_configured_engine(tiny_loop):
   config.sampling.engine = "sglang"
   try:
     with pytest.raises(ValueError, match="sampling engine 'sglang' is not one of"):
-      rollout.sample(step_lib.one_device_engine(graphdef, params, config), params, tok, prompts, config,
+      rollout.sample(one_device_engine(graphdef, params, config), params, tok, prompts, config,
                      jax.random.key(0))
   finally:
     config.sampling.engine = "continuous"
@@ -139,13 +139,12 @@ class _CountingEngine(RolloutEngine):
 def test_an_engine_plugged_into_the_loop_is_used_without_loop_changes(tiny_loop):
   from compassplay_jax.sampling import build_prompt
   from compassplay_jax.selfplay import rollout
-  from compassplay_jax.selfplay import step as step_lib
   config, (graphdef, params), tok = tiny_loop
   prompts = [build_prompt(tok, "Say hi.")]
-  want = rollout.sample(step_lib.one_device_engine(graphdef, params, config), params, tok, prompts, config,
+  want = rollout.sample(one_device_engine(graphdef, params, config), params, tok, prompts, config,
                         jax.random.key(1), max_new_tokens=5)
   plugged = _CountingEngine(graphdef, tok)
-  run_engine = step_lib.one_device_engine(graphdef, params, config)
+  run_engine = one_device_engine(graphdef, params, config)
   run_engine.rollout = plugged  # Engine.rollout_engine's documented seam for an external engine
   got = rollout.sample(run_engine, params, tok, prompts, config, jax.random.key(1), max_new_tokens=5)
   assert plugged.calls == 1 and plugged.updates == [run_engine.sampler_params(params)]

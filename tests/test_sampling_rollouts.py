@@ -136,7 +136,7 @@ def test_a_6000_token_prompt_goes_through_the_paper_sampler_settings(engine_name
   raised 'longer than the largest bucket'. Tiny model, the paper's sampling block otherwise."""
   from compassplay_jax.model_setup import build_model
   from compassplay_jax.selfplay import rollout
-  from compassplay_jax.selfplay.step import one_device_engine
+  from tests.engines import one_device_engine
   config = _paper_config()
   config.model.path = "tiny"
   # The smallest tiny model (the prefill of 6144 tokens dominates): the sampler settings are the paper's.
@@ -194,7 +194,7 @@ def test_slots_per_device_from_the_budget_and_split_kv_heads():
 
 def test_the_run_engine_builds_the_continuous_engine_with_budget_slots():
   from compassplay_jax.model_setup import build_model
-  from compassplay_jax.selfplay.step import one_device_engine
+  from tests.engines import one_device_engine
   config = _paper_config()
   config.model.path = "tiny"
   config.model.dtype = "float32"

@@ -31,6 +31,7 @@ from compassplay_jax.selfplay import step as step_lib
 from compassplay_jax.selfplay.sequences import pack
 from compassplay_jax.selfplay.step import Candidate, SoarOptions
 from tests.test_selfplay import _config, _lean_overrides
+from tests.engines import one_device_engine
 
 MODEL = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                     num_attention_heads=4, num_key_value_heads=2)
@@ -254,7 +255,7 @@ def test_accuracy_signal_equals_greedy_answers_checked_naively():
   config = _config("coding:tiny")
   model, tok = build_model(config)
   graphdef, params = nnx.split(model)
-  engine = step_lib.one_device_engine(graphdef, params, config)
+  engine = one_device_engine(graphdef, params, config)
   questions = (("Q: What is 3+4?\nA:", "7"), ("Q: What is 2*5?\nA:", "10"))
   enc = lambda text: np.asarray(tok.encode(text, add_special_tokens=True), np.int32)
   answer = lambda text: np.asarray(tok.encode(text, add_special_tokens=False) + [tok.eos_token_id], np.int32)
@@ -335,7 +336,7 @@ class ScriptedCoder:
 
 
 def test_coding_step_pays_each_group_its_measured_improvement():
-  from compassplay_jax.selfplay.coding import CodingSelfPlay
+  from compassplay_jax.settings.coding.setting import CodingSelfPlay
   from compassplay_jax.selfplay.run import build_model
   from compassplay_jax.verifiers.sandbox import SandboxPool
   config = _config("coding:tiny", **{"reward.name": "soar_utility", "reward.soar_signal": "nll",
@@ -350,7 +351,7 @@ def test_coding_step_pays_each_group_its_measured_improvement():
     setting = CodingSelfPlay(config, tokenizer, pool, sampler=ScriptedCoder(tokenizer))
     assert setting.reference is None and setting.soar_heldout.tokens.shape[0] == config.reward.reference_size
     assert setting.soar_answers is None
-    engine = step_lib.one_device_engine(graphdef, params, config)
+    engine = one_device_engine(graphdef, params, config)
     metrics = step_lib.run_step(setting, engine, params, None, 1, jax.random.key(0), update=None).metrics
   finally:
     pool.close()
@@ -372,7 +373,7 @@ def test_coding_step_with_the_accuracy_signal_decodes_the_heldout_set_per_group(
   """reward.soar_signal=accuracy through a coding step: the held-out problems (outside the reference
   set) are posed with the math evaluation's prompt and answered greedily once before and once per group."""
   from compassplay_jax.domains.coding.reference_set import reference_problems
-  from compassplay_jax.selfplay.coding import CodingSelfPlay
+  from compassplay_jax.settings.coding.setting import CodingSelfPlay
   from compassplay_jax.selfplay.run import build_model
   from compassplay_jax.verifiers.sandbox import SandboxPool
   config = _config("coding:tiny", **{"reward.name": "soar_utility", "reward.soar_signal": "accuracy",
@@ -390,7 +391,7 @@ def test_coding_step_with_the_accuracy_signal_decodes_the_heldout_set_per_group(
     assert setting.soar_heldout is None and len(answers.prompts) == config.reward.reference_size
     reference = [p.problem for p in reference_problems(config.reward)]
     assert not any(r in q for r in reference for q in answers.prompts)  # none of the reference problems
-    engine = step_lib.one_device_engine(graphdef, params, config)
+    engine = one_device_engine(graphdef, params, config)
     metrics = step_lib.run_step(setting, engine, params, None, 1, jax.random.key(0), update=None).metrics
   finally:
     if setting is not None:
@@ -408,10 +409,10 @@ def test_coding_step_with_the_accuracy_signal_decodes_the_heldout_set_per_group(
 # ---- start-up checks ----------------------------------------------------------------------------
 
 def test_lean_refuses_soar_with_one_line_before_anything_starts():
-  from compassplay_jax.selfplay import lean
+  from compassplay_jax.settings.lean import config as lean
   config = _config("lean:tiny", **_lean_overrides(), **{"reward.name": "soar_utility"})
   with pytest.raises(ConfigError) as e:
-    lean.validate_config(config)
+    lean.validate(config)
   line = user_error_line(e.value)
   assert "\n" not in line and "reward.name=soar_utility is not supported by the lean setting" in line
 
@@ -459,10 +460,10 @@ def test_bad_new_soar_fields_are_refused_at_start_up(field, value, message):
 
 
 def test_missing_heldout_file_is_refused_at_start_up():
-  from compassplay_jax.selfplay import coding
+  from compassplay_jax.settings.coding import config as coding
   config = _config("coding:tiny", **{"reward.name": "soar_utility", "reward.soar_heldout_path": "/nonexistent.jsonl"})
   with pytest.raises(Exception) as e:
-    coding.validate_config(config)
+    coding.validate(config)
   assert user_error_line(e.value) and "/nonexistent.jsonl" in str(e.value)
 
 

@@ -12,6 +12,7 @@ from compassplay_jax import sharding as sh
 from compassplay_jax.engine import Engine, EngineSettings
 from compassplay_jax.models.config import ModelConfig
 from compassplay_jax.models.decoder import init_decoder
+from compassplay_jax.rewards.proposer_rewards import AZR_CODE
 from compassplay_jax.rl import train_step as train_lib
 from compassplay_jax.rl.advantages import trr_plus_plus
 from compassplay_jax.selfplay import step
@@ -36,9 +37,10 @@ def test_eligible_is_valid_formatted_in_band_with_a_reference():
   valid = [True, True, True, False, True, True]
   formatted = [True, True, True, True, False, True]
   want = [v and f and 0 < s < 1 for s, v, f in zip(rates, valid, formatted)]
-  np.testing.assert_array_equal(step.eligible(rates, valid, formatted), want)
+  np.testing.assert_array_equal(step.eligible(rates, valid, formatted, config=AZR_CODE), want)
   has_ref = [True] * 5 + [False]
-  np.testing.assert_array_equal(step.eligible(rates, valid, formatted, has_ref), np.array(want) & has_ref)
+  np.testing.assert_array_equal(step.eligible(rates, valid, formatted, has_ref, config=AZR_CODE),
+                                np.array(want) & has_ref)
 
 
 def test_advantages_are_trr_plus_plus_over_trained_tokens_unless_rows_carry_their_own():

@@ -15,6 +15,7 @@ from compassplay_jax.evals.benchmarks import BENCHMARKS
 from compassplay_jax.reports import paper_columns, stats
 from compassplay_jax.reports.runs import BASE_STEP
 from compassplay_jax.rewards.novelty import COPY_THRESHOLD
+from compassplay_jax.selfplay.records import CandidateRecord
 
 ACCURACY_DIGITS = 2  # the paper's tables give accuracies (%) to two decimals
 OTHER_ACCURACY = "accuracy_other"  # benchmarks evaluated but in neither paper table (AIME, ...)
@@ -230,11 +231,11 @@ def _copy_split(run, start: int, end: int) -> dict[str, list[float]]:
   for record in run.records:
     if not start <= record["step"] <= end:
       continue
-    for c in record.get("candidates") or []:
-      if c.get("in_band") and c.get("cosine") is not None and c.get("jaccard") is not None:
-        side = "copies" if c["jaccard"] > COPY_THRESHOLD else "others"
-        out[side].append(float(c["cosine"]))
-        out["reward_" + side].append(float(c["reward"]))
+    for c in map(CandidateRecord.from_json, record.get("candidates") or []):
+      if c.in_band and c.cosine is not None and c.jaccard is not None:
+        side = "copies" if c.jaccard > COPY_THRESHOLD else "others"
+        out[side].append(float(c.cosine))
+        out["reward_" + side].append(float(c.reward))
   return out
 
 
@@ -243,8 +244,9 @@ def copy_cosine_table(arms, window: tuple[float, float] | None = None) -> Table:
   seed (token-Jaccard > 0.8) against the other in-band candidates, pooled over a run's steps (coding
   runs' per-candidate records); mean ± s.d. over seeds."""
   runs = [r for rs in arms.values() for r in rs]
-  if not any(c.get("jaccard") is not None and c.get("cosine") is not None
-             for r in runs for record in r.records for c in record.get("candidates") or []):
+  records = [CandidateRecord.from_json(c)
+             for r in runs for record in r.records for c in record.get("candidates") or []]
+  if not any(c.jaccard is not None and c.cosine is not None for c in records):
     raise Unsupported("no candidate records with both a cosine and a token-Jaccard (coding runs with a "
                       "cosine reward record them)")
   start, end = window if window is not None else (1, _common_last_step(runs))

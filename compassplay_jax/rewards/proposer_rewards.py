@@ -86,21 +86,31 @@ def soar_utility(*, heldout_improvement=None, **_):
   return _f32(heldout_improvement, "heldout_improvement")
 
 
+# The reward names and their sets: the one home of both (config_base.check_config checks the name).
+SOAR_UTILITY = "soar_utility"
 REWARD_FNS: dict[str, Callable] = {
     "compassplay_cos": compassplay_cos,
     "compassplay_cos_novelty": compassplay_cos_novelty,
     "difficulty": difficulty,
     "novelty_only": novelty_only,
-    "soar_utility": soar_utility,
+    SOAR_UTILITY: soar_utility,
 }
 
 # The rewards that read a gradient cosine (a run with one of them computes g_ref and the cosines).
 COSINE_REWARDS: frozenset[str] = frozenset({"compassplay_cos", "compassplay_cos_novelty"})
+# The rewards with the novelty factor (1 - J): a candidate with J = 1 to its seed (every verbatim copy)
+# scores exactly 0 under them.
+NOVELTY_REWARDS: frozenset[str] = frozenset({"compassplay_cos_novelty", "novelty_only"})
 
 
 def uses_cosine(name: str) -> bool:
   """True when the named proposer reward is paid by the gradient cosine."""
   return name in COSINE_REWARDS
+
+
+def uses_novelty(name: str) -> bool:
+  """True when the named proposer reward has the novelty factor 1 - J(x, seed)."""
+  return name in NOVELTY_REWARDS
 
 
 def in_band(solve_rates, config: RewardConfig = AZR_CODE):
@@ -139,7 +149,7 @@ def proposer_rewards(name, *, cosines=None, solve_rates=None, valid=None, well_f
     raise ValueError(f"unknown proposer reward {name!r}; choose from {sorted(REWARD_FNS)}")
   score = REWARD_FNS[name](cosines=cosines, solve_rates=solve_rates, jaccard_to_seed=jaccard_to_seed,
                            heldout_improvement=heldout_improvement)
-  if name == "soar_utility" and not config.soar_uses_band:
+  if name == SOAR_UTILITY and not config.soar_uses_band:
     band = jnp.ones(score.shape, bool)
   else:
     band = in_band(_f32(solve_rates, "solve_rates"), config)

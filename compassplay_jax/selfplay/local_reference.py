@@ -1,7 +1,7 @@
 """The coding setting's local reference (config.reward.reference = "local"; docs/coding_tasks.md).
 
 The Lean loop compares a conjecture's gradient with g_ref = the gradient of the solver's verified
-proof of the seed it was conditioned on (selfplay/lean.py). This is the same reference for coding:
+proof of the seed it was conditioned on (settings/lean). This is the same reference for coding:
 
   seed     the FIRST reference program shown to the proposer (configs/coding.py:local_demo shows
            exactly one, num_references = 1, so the proposer is conditioned on one seed as Lean's
@@ -27,7 +27,6 @@ from typing import Sequence
 import numpy as np
 
 from compassplay_jax.rewards import novelty
-from compassplay_jax.rewards.proposer_rewards import in_band
 
 EXTERNAL = "external"  # g_ref from the reference set (config.reward.reference_path), one for all candidates
 LOCAL = "local"        # g_ref per seed: the solver's verified solution of the seed task
@@ -58,13 +57,12 @@ def seed_references(setting, seeds: dict, candidates, max_len: int) -> dict:
           for k, p, t in zip(keys, prompt_ids, tasks)}
 
 
-def copy_metrics(candidates, programs: Sequence[str], seeds: Sequence, language: str = "python") -> dict:
-  """Lean's copy metrics (selfplay/lean.py) over the in-band candidates (valid, 0 < s < 1) that have a
-  seed: copy_rate (token-Jaccard to the seed > novelty.COPY_THRESHOLD), rename_rate (canonically
-  equal, not identical), exact_copy_rate (the same token sequence). Same names as Lean's, so the
-  report's copy-rate figure and table read coding runs too."""
-  pairs = [(p, s.program) for c, p, s in zip(candidates, programs, seeds)
-           if s is not None and c.valid and in_band(c.solve_rate)]
+def copy_metrics(in_band: Sequence[bool], programs: Sequence[str], seeds: Sequence, language: str = "python") -> dict:
+  """Lean's copy metrics (settings/lean) over the in-band candidates (records.CandidateRecord.in_band)
+  that have a seed: copy_rate (token-Jaccard to the seed > novelty.COPY_THRESHOLD), rename_rate
+  (canonically equal, not identical), exact_copy_rate (the same token sequence). Same names as Lean's,
+  so the report's copy-rate figure and table read coding runs too."""
+  pairs = [(p, s.program) for band, p, s in zip(in_band, programs, seeds) if s is not None and band]
   stats = novelty.batch_novelty_metrics([p for p, _ in pairs], [s for _, s in pairs], language)
   exact = [novelty.is_identical(p, s, language) for p, s in pairs]
   return {"copy_rate": stats["copy_rate"], "rename_rate": stats["rename_rate"],

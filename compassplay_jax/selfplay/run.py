@@ -10,7 +10,7 @@ import time
 import jax
 import tqdm
 
-from compassplay_jax import preemption
+from compassplay_jax import preemption, settings
 from compassplay_jax.metrics import read_metrics, summary_line
 from compassplay_jax.engine import EngineSettings
 from compassplay_jax.model_setup import build_model, restore_params  # noqa: F401  (used by tests and tools)
@@ -18,10 +18,17 @@ from compassplay_jax.rl.train_step import TrainConfig
 from compassplay_jax.selfplay.session import Session
 from compassplay_jax.selfplay import evaluation
 
-SUMMARY_KEYS = [("proposer", "reward/proposer"), ("solver", "reward/solver"), ("valid", "valid_rate"),
-                ("in-band", "in_band_rate"), ("cos-paid", "cos_paid_count"), ("cos share", "cos_share"),
-                ("cos", "cos_valid_mean"), ("coverage", "coverage"), ("loss", "train/loss"),
-                ("tok/s", "tokens_per_s"), ("overlap", "overlap"), ("s", "time/step")]
+# The per-step line: the candidate records' metrics (selfplay/records.py), the setting's own keys
+# (its spec's summary_keys), then the update's and the step's.
+CANDIDATE_KEYS = [("proposer", "reward/proposer"), ("solver", "reward/solver"), ("valid", "valid_rate"),
+                  ("in-band", "in_band_rate"), ("cos-paid", "cos_paid_count"), ("cos share", "cos_share"),
+                  ("cos", "cos_valid_mean")]
+STEP_KEYS = [("loss", "train/loss"), ("tok/s", "tokens_per_s"), ("overlap", "overlap"), ("s", "time/step")]
+
+
+def summary_keys(config) -> list[tuple[str, str]]:
+  """(label, metric key) of the per-step line and the final summary, for config.setting."""
+  return CANDIDATE_KEYS + list(settings.of(config).summary_keys) + STEP_KEYS
 
 
 def train_config(config) -> TrainConfig:
@@ -50,9 +57,10 @@ def run(config, workdir: pathlib.Path) -> dict:
             flush=True)
     bar = tqdm.tqdm(range(start + 1, config.steps + 1), initial=start, total=config.steps, desc="self-play",
                     unit="step", dynamic_ncols=True, disable=None)
+    keys = summary_keys(config)
     for step in bar:
       metrics = session.step(progress=bar.set_postfix_str, stop=watch.should_stop)
-      bar.write(summary_line(step, config.steps, metrics, SUMMARY_KEYS))
+      bar.write(summary_line(step, config.steps, metrics, keys))
       if session.stopped and step < config.steps:  # after the last step the run is done anyway
         preempted = step
         break
@@ -65,23 +73,21 @@ def run(config, workdir: pathlib.Path) -> dict:
     print(watch.message(watch.reason, preempted, session.manager.directory), flush=True)
     raise preemption.Preempted(preempted)
   summary = {"steps": config.steps, "resumed_from": start, "wall_s": round(time.time() - t_start, 1),
-             "workdir": str(workdir), "last_metrics": {k: v for k, v in metrics.items() if not isinstance(v, list)}}
-  if config.setting == "coding" and config.reward.reference_path:  # drawn by reward.reference_seed, not the run seed
-    from compassplay_jax.domains.coding import reference_set
-    summary["reference_set"] = reference_set.describe(config.reward)
+             "workdir": str(workdir), "last_metrics": {k: v for k, v in metrics.items() if not isinstance(v, list)},
+             **settings.of(config).summary(config)}
   from compassplay_jax import distributed
   distributed.write_text(workdir / "summary.json", json.dumps(summary, indent=2, default=float))
-  print(_final_summary(summary), flush=True)
+  print(_final_summary(summary, summary_keys(config)), flush=True)
   if jax.process_index() == 0:
     print(_proposer_summary(workdir), flush=True)
   return metrics
 
 
-def _final_summary(summary) -> str:
+def _final_summary(summary, keys) -> str:
   m = summary["last_metrics"]
   lines = [f"[compassplay] done: {summary['steps']} steps in {summary['wall_s']} s "
            f"(resumed from step {summary['resumed_from']}); workdir {summary['workdir']}"]
-  for label, key in SUMMARY_KEYS:
+  for label, key in keys:
     if key in m:
       lines.append(f"  {label:>10}: {m[key]:.4g}")
   lines.append(f"  metrics: {summary['workdir']}/metrics.jsonl, TensorBoard: {summary['workdir']}/tensorboard, "
@@ -90,7 +96,7 @@ def _final_summary(summary) -> str:
 
 
 def _proposer_summary(workdir: pathlib.Path) -> str:
-  """The last step's candidates as a table and the PNG of cosines and proposer rates (coding runs)."""
+  """The last step's candidates as a table and the PNG of cosines and proposer rates."""
   from compassplay_jax.selfplay import summary as proposer
   records = read_metrics(workdir)
   last = next((r for r in reversed(records) if r.get("candidates")), None)

@@ -2,7 +2,7 @@
 
     session = Session.create(config, workdir)     # build, restore the latest checkpoint if any
     metrics = session.step()                      # selfplay/step.run_step, evaluated when due, logged and saved
-    session.reference_loss()                      # the solver's mean loss on the reference set (coding)
+    session.reference_loss()                      # the solver's mean loss on the setting's reference set
     session.close()
 
 `selfplay/run.py`'s loop is `for _ in steps: session.step()` plus its progress bar and the end-of-run
@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from compassplay_jax import compile_cache, config_base, distributed, profiling
+from compassplay_jax import compile_cache, config_base, distributed, profiling, settings
 from compassplay_jax.checkpoint import CheckpointManager
 from compassplay_jax.engine import Engine, EngineSettings
 from compassplay_jax.metrics import MetricsWriter, last_value, truncate_metrics
@@ -40,7 +40,6 @@ class Session:
     self.setting, self.tokenizer, self.manager, self.writer, self.compiles = setting, tokenizer, manager, writer, compiles
     self.accelerator_s_total = last_value(self.workdir, "cost/accelerator_s_total") if start else 0.0
     self.eval_items = None
-    self._own_reference = None
     self.stopped = False  # the last step was saved because `step`'s stop asked for it (selfplay/run.py)
     self.update_options = step_lib.UpdateOptions.from_config(config, tokenizer.pad_token_id)
 
@@ -51,14 +50,14 @@ class Session:
     from compassplay_jax import sharding as sh
     from compassplay_jax.backend import describe_backend
     from compassplay_jax.data_checks import prepare_config
-    from compassplay_jax.selfplay.settings import make_setting, validate_setting
     # Multi-host: join the run before anything asks JAX about processes or devices.
     distributed.initialize()  # from COMPASSPLAY_* variables; a no-op on one host
     workdir = pathlib.Path(workdir)
     # Everything that can be wrong with the input is checked before any model is loaded.
     prepare_config(config)  # data: paths -> files in the data directory; missing ones name their fetch command
     config_base.check_config(config)
-    validate_setting(config)
+    spec = settings.of(config)
+    spec.validate(config)
     evaluation.check(config)
     compile_cache.enable(config.compile_cache_dir)  # before anything compiles
     compiles = compile_cache.CompileStats()
@@ -78,7 +77,7 @@ class Session:
     if engine.settings.train.micro_batch_size != config.train.micro_batch_size:
       print(f"[compassplay] train micro-batch {config.train.micro_batch_size} -> "
             f"{engine.settings.train.micro_batch_size} rows (a multiple of data*fsdp)", flush=True)
-    setting = make_setting(config, tokenizer, sampler)
+    setting = spec.build(config, tokenizer, sampler)
     try:
       # The KL term's frozen reference policy: the initial params, laid out like the policy (kept apart
       # from them, which the train step donates).
@@ -164,32 +163,16 @@ class Session:
     metrics["cost/accelerator_s_total"] = self.accelerator_s_total
 
   def reference_loss(self) -> float:
-    """The solver's mean per-sequence loss on the setting's reference set at the current params (the
-    loss whose gradient is g_ref; coding: the MATH-train gold solutions). NaN when the setting has none."""
-    reference = self._reference_batch()
+    """The solver's mean per-sequence loss on the setting's reference set at the current params (its
+    spec's reference_set; coding: the MATH-train gold solutions, whatever the reward). NaN when the
+    setting has none."""
+    reference = settings.of(self.config).reference_set(self.setting)
     if reference is None:
       return float("nan")
     batch = self.engine.put_batch(self.engine.pad_rows(
         {k: np.asarray(getattr(reference, k)) for k in ("tokens", "loss_mask", "attention_mask")}))
     return float(distributed.to_host(self.engine.mean_loss(self.params, batch["tokens"], batch["loss_mask"],
                                                            batch["attention_mask"])))
-
-  def _reference_batch(self):
-    """The setting's packed reference set; a coding run whose reward uses no cosine (difficulty, ...)
-    loads none, so it is packed here the same way, to compare reference losses across rewards."""
-    reference = getattr(self.setting, "reference", None)
-    if reference is None and self._own_reference is not None:
-      return self._own_reference
-    if reference is None and self.config.setting == "coding":
-      from compassplay_jax.selfplay import alignment, coding
-      from compassplay_jax.domains.coding.reference_set import reference_problems
-      r = self.config.reward
-      problems = reference_problems(r)
-      # Kept here, not on the setting: a setting with a reference set scores cosines against it.
-      reference = self._own_reference = alignment.pack_reference(
-          self.tokenizer, [coding.render(self.tokenizer, p.problem, self.setting.style) for p in problems],
-          [p.solution for p in problems], max_len=config_base.reward_sequence_len(self.config))
-    return reference
 
   def close(self) -> None:
     """Waits for the last checkpoint, closes the writers, the setting (its sandbox or Lean pool) and the

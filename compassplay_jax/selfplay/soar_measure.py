@@ -30,7 +30,6 @@ from compassplay_jax.rewards import soar as soar_lib
 from compassplay_jax.rewards.proposer_rewards import RewardConfig, in_band
 from compassplay_jax.selfplay.sequences import TRAIN_BUCKETS, pack
 
-NAME = "soar_utility"
 SIGNALS = ("accuracy", "nll")
 
 

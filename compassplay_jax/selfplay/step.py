@@ -2,13 +2,14 @@
 
     plan -> propose -> verify -> score -> rows -> commit -> advantages -> update
 
-A setting (selfplay/coding.py, selfplay/lean.py) supplies the stages named in `Setting`; the stages
-both settings share live here: the eligibility gate and the reward stage (`score`: g_ref, cosines,
-SOAR's measurement, proposer rewards), the advantages and the update. Stages hand each other records
-(plan, proposals, `Verified`, `Scores`, rows); the one stage that changes a setting's own state
-(task buffers, Lean's seed pool and coverage) is `commit`. Device work goes through the engine
-(engine.py) passed in. `Session.step` (selfplay/session.py) is this function plus evaluation,
-metrics and the checkpoint.
+A setting (compassplay_jax/settings: coding/, lean/, or a plug-in) supplies the stages named in
+`Setting`; the stages every setting shares live here: the eligibility gate and the reward stage
+(`score`: g_ref, cosines, SOAR's measurement, proposer rewards), the candidate records and their
+metrics (selfplay/records.py), the advantages and the update. Stages hand each other records (`Plan`,
+proposals, `Verified`, `Scores`, rows); the reference sequences travel in them (`Plan.fixed_references`,
+`Verified.references`). The one stage that changes a setting's own state (task buffers, Lean's seed
+pool and coverage) is `commit`. Device work goes through the engine (engine.py) passed in.
+`Session.step` (selfplay/session.py) is this function plus evaluation, metrics and the checkpoint.
 """
 from __future__ import annotations
 
@@ -23,13 +24,22 @@ import numpy as np
 from compassplay_jax.rewards import proposer_rewards as rewards_lib
 from compassplay_jax.rl import aggregation
 from compassplay_jax.rl.advantages import trr_plus_plus
-from compassplay_jax.selfplay import alignment, soar_measure
+from compassplay_jax.selfplay import alignment, records, soar_measure
 from compassplay_jax.selfplay.rollout import Row
 from compassplay_jax.selfplay.sequences import (LENGTH_BUCKETS, PackedBatch, pack, pack_by_length, packed_shape,
                                                 trained_tokens)
 
 
 # ---- the records stages exchange ---------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Plan:
+  """The plan stage's record: the step, and the references known before anything is generated (a fixed
+  external set: their g_ref compiles in the background while the step generates). A setting's plan
+  subclasses it with its own choices."""
+  step: int
+  fixed_references: dict[str, PackedBatch] = dataclasses.field(default_factory=dict, kw_only=True)
+
 
 @dataclasses.dataclass(frozen=True)
 class Candidate:
@@ -47,10 +57,13 @@ class Candidate:
 @dataclasses.dataclass
 class Verified:
   """The verify stage's output: one Candidate per proposal, the setting's own record of the checks
-  (coding: validated tasks; Lean: proof attempts and verdicts) and the tokens it generated."""
+  (coding: validated tasks; Lean: proof attempts and verdicts), the tokens it generated and the
+  references: {key: reference sequences}, what g(x̃) of a candidate with that `reference` key is
+  compared with."""
   candidates: list[Candidate]
   record: Any = None
   tokens: int = 0
+  references: dict[str, PackedBatch] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,32 +133,29 @@ class StepResult:
 
 
 class Setting(Protocol):
-  """What a setting supplies to `run_step` (selfplay/coding.py, selfplay/lean.py)."""
+  """What a setting supplies to `run_step` (settings/coding, settings/lean; docs/architecture.md). Only
+  `commit` changes the setting's state; the other stages read it and return records."""
 
   PHASES: tuple[str, ...]  # its timed phases besides "update" (time/<phase> in the metrics)
 
-  def plan(self, step: int) -> Any:
+  def plan(self, step: int) -> Plan:
     """Host-side choices of the step, seeded by the step (random.Random(f"{seed}:{step}"))."""
 
   def propose(self, engine, params, plan, key, times: "PhaseTimes") -> Any:
     """Sampled proposals."""
 
   def verify(self, engine, params, plan, proposals, key, times: "PhaseTimes") -> Verified:
-    """Checks of the proposals and the solver's samples on them -> one Candidate per proposal."""
-
-  def references(self, plan, verified: Verified) -> dict[str, PackedBatch]:
-    """{key: reference sequences}: what g(x̃) of a candidate with that `reference` key is compared with."""
-
-  def fixed_references(self, plan) -> dict[str, PackedBatch]:
-    """The references `references` returns whatever is verified (a fixed external set; {} when they
-    depend on the step): their g_ref compiles in the background while the step generates."""
+    """Checks of the proposals and the solver's samples on them -> one Candidate per proposal, and the
+    reference sequences the candidates name."""
 
   def scoring(self) -> ScoreOptions:
     """The reward stage's knobs."""
 
   def rows(self, engine, params, plan, proposals, verified: Verified, scores: Scores, key,
            times: "PhaseTimes") -> tuple[list[Row], dict[str, Any]]:
-    """Training rows (proposer rows and the solver's rollouts) and the step's metrics."""
+    """Training rows (proposer rows and the solver's rollouts) and the setting's own metrics. Its
+    metrics["candidates"], when set, are the step's CandidateRecords with the setting's own fields
+    (records.build(...) then .with_fields); else run_step builds them from the candidates and scores."""
 
   def commit(self, plan, proposals, verified: Verified, scores: Scores) -> dict[str, Any]:
     """The step's outcomes applied to the setting's state (buffers, seed pool, coverage); its metrics."""
@@ -153,6 +163,7 @@ class Setting(Protocol):
   def train_batches(self, rows: list[Row], step: int) -> list[list[Row]]:
     """The rows cut into optimizer steps."""
 
+  # The session's: checkpoints and shutdown.
   def state_dict(self) -> dict[str, Any]: ...
 
   def load_state_dict(self, state: dict[str, Any]) -> None: ...
@@ -170,12 +181,15 @@ def run_step(setting: Setting, engine, params, opt_state, step: int, key, *, upd
   times = PhaseTimes(setting.PHASES + ("update",), progress)
   k_propose, k_verify, k_rows, k_update = jax.random.split(key, 4)
   plan = setting.plan(step)
-  compile_ahead(engine, params, opt_state, setting, plan, update)
+  options = setting.scoring()
+  compile_ahead(engine, params, opt_state, options, plan, update)
   proposals = setting.propose(engine, params, plan, k_propose, times)
   verified = setting.verify(engine, params, plan, proposals, k_verify, times)
-  scores = score(engine, params, verified.candidates, setting.references(plan, verified), setting.scoring(), times)
+  scores = score(engine, params, verified.candidates, verified.references, options, times)
   rows, metrics = setting.rows(engine, params, plan, proposals, verified, scores, k_rows, times)
-  metrics = {**metrics, **scores.metrics, **setting.commit(plan, proposals, verified, scores)}
+  candidates = metrics.pop("candidates", None) or records.build(verified.candidates, scores, options)
+  metrics = {**metrics, **records.step_metrics(candidates), **scores.metrics,
+             **setting.commit(plan, proposals, verified, scores)}
   rows = with_advantages(rows, update.max_len if update else None)
   if update is not None and rows:
     with times("update", "update"):
@@ -193,14 +207,14 @@ def run_step(setting: Setting, engine, params, opt_state, step: int, key, *, upd
   return StepResult(params, opt_state, metrics, rows, verified.candidates, scores)
 
 
-def compile_ahead(engine, params, opt_state, setting: Setting, plan, update: UpdateOptions | None) -> None:
+def compile_ahead(engine, params, opt_state, options: "ScoreOptions", plan: Plan, update: UpdateOptions | None) -> None:
   """Starts compiling the programs whose shapes are known before the step generates, on the engine's
-  background thread (compile_ahead.py; nothing once they are compiled): g_ref of the fixed reference
-  sets, then the length-bucketed step's optimizer update."""
+  background thread (compile_ahead.py; nothing once they are compiled): g_ref of the plan's fixed
+  reference sets, then the length-bucketed step's optimizer update."""
   if not engine.ahead.enabled:
     return
-  if rewards_lib.uses_cosine(setting.scoring().reward_name):
-    for reference in setting.fixed_references(plan).values():
+  if rewards_lib.uses_cosine(options.reward_name):
+    for reference in plan.fixed_references.values():
       alignment.reference_gradient_ahead(engine, params, reference)
   if update is not None and update.token_budget > 0 and opt_state is not None:
     engine.update_ahead(params, opt_state)
@@ -216,26 +230,24 @@ def cosines_ahead(engine, params, options: "ScoreOptions", prompt_ids, solution_
                                       fixed_rows=options.fixed_rows, buckets=options.buckets)
 
 
-def eligible(solve_rates, valid, formatted=None, has_reference=None,
-             config: rewards_lib.RewardConfig = rewards_lib.AZR_CODE) -> np.ndarray:
-  """(N,) bool: the candidates a cosine may pay. proposer_rewards' gate (valid, formatted, in the
-  band) and, where given, a reference gradient to compare with (Lean's local reference)."""
+def eligible(solve_rates, valid, formatted, has_reference=None, *, config: rewards_lib.RewardConfig) -> np.ndarray:
+  """(N,) bool: the candidates a cosine may pay. proposer_rewards' gate (formatted, valid, in the run's
+  band: config is the run's RewardConfig) and, where given, a reference gradient to compare with."""
   rates = np.asarray(solve_rates, np.float32)
-  formatted = np.ones(rates.shape, bool) if formatted is None else np.asarray(formatted, bool)
-  gate = np.asarray(rewards_lib.eligible(rates, np.asarray(valid, bool), formatted, config), bool)
+  gate = np.asarray(rewards_lib.eligible(rates, np.asarray(valid, bool), np.asarray(formatted, bool), config), bool)
   return gate if has_reference is None else gate & np.asarray(has_reference, bool)
 
 
 def score(engine, params, candidates: Sequence[Candidate], references: dict, options: ScoreOptions,
           times: "PhaseTimes | None" = None) -> Scores:
-  """The reward stage, shared by both settings: the eligibility gate, one g_ref per reference at the
+  """The reward stage, shared by every setting: the eligibility gate, one g_ref per reference at the
   current params, the cosines of eligible (and report_cosine) candidates, SOAR's measurement, then
   proposer_rewards."""
   times = times or PhaseTimes()
   n = len(candidates)
   uses_cosine = rewards_lib.uses_cosine(options.reward_name)
-  gate = eligible([c.solve_rate for c in candidates], [c.valid for c in candidates], None,
-                  [c.reference is not None or not uses_cosine for c in candidates], options.reward_cfg)
+  gate = eligible([c.solve_rate for c in candidates], [c.valid for c in candidates], [c.formatted for c in candidates],
+                  [c.reference is not None or not uses_cosine for c in candidates], config=options.reward_cfg)
   cosines: list = [None] * n
   if uses_cosine:
     with times("reward", "reward: cosines"):
@@ -446,10 +458,3 @@ class PhaseTimes:
   def metrics(self) -> dict[str, float]:
     return {f"time/{name}": seconds for name, seconds in self.seconds.items()}
 
-
-def one_device_engine(graphdef, params, config):
-  """A one-device engine, for a setting used outside the run loop (tests, tools)."""
-  from compassplay_jax import sharding as sh
-  from compassplay_jax.engine import Engine, EngineSettings
-  mesh = sh.make_mesh((1, 1, 1), jax.devices()[:1])
-  return Engine.build(graphdef, params, mesh, EngineSettings.from_config(config))

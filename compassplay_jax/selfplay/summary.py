@@ -1,8 +1,9 @@
 """End-of-run view of the proposer's reward: the last step's candidates as a table, and a PNG.
 
-A candidate record (one per proposal, from the coding loop's metrics["candidates"]):
+The candidates are metrics["candidates"], one selfplay/records.CandidateRecord per proposal as JSON:
   {"type": "deduction", "solve_rate": 0.5, "cosine": 0.12 | None, "reward": 0.12, "valid": True,
-   "in_band": True, "paid_by": "cosine" | "gate" | "difficulty" | ..., "jaccard": 0.3}
+   "in_band": True, "jaccard": 0.3, "paid_by": "cosine" | "gate" | "difficulty" | ..., "formatted": True,
+   ...the setting's own fields}
 "paid_by" says where the reward came from: the gradient cosine for in-band candidates under a
 cosine reward, the gate (bad format / invalid / out of band) otherwise.
 """
@@ -11,28 +12,27 @@ from __future__ import annotations
 import pathlib
 from typing import Sequence
 
+from compassplay_jax.selfplay import records as records_lib
+
 PNG_NAME = "proposer_reward.png"
 
 
 def cosine_share(candidates: Sequence[dict]) -> float:
-  """Fraction of the proposer reward's magnitude, Σ|r|, paid by gradient cosines (0 when Σ|r| = 0).
-
-  Gate rewards are negative constants, cosines lie in [-1, 1]: magnitudes make both count."""
-  total = sum(abs(c["reward"]) for c in candidates)
-  from_cos = sum(abs(c["reward"]) for c in candidates if c.get("paid_by") == "cosine")
-  return from_cos / total if total > 0 else 0.0
+  """records.cosine_share of metrics.jsonl's candidate records."""
+  return records_lib.cosine_share([records_lib.CandidateRecord.from_json(c) for c in candidates])
 
 
 def candidate_table(step: int, candidates: Sequence[dict]) -> str:
   """A small fixed-width table of one step's candidates, headed by its in-band count and cosine share."""
-  in_band = sum(bool(c["in_band"]) for c in candidates)
-  lines = [f"  step {step}: {len(candidates)} candidates, {in_band} in band, "
-           f"{100 * cosine_share(candidates):.0f}% of proposer reward |r| paid by cosines",
+  records = [records_lib.CandidateRecord.from_json(c) for c in candidates]
+  in_band = sum(r.in_band for r in records)
+  lines = [f"  step {step}: {len(records)} candidates, {in_band} in band, "
+           f"{100 * records_lib.cosine_share(records):.0f}% of proposer reward |r| paid by cosines",
            f"  {'type':<10} {'solve':>5} {'cosine':>7} {'reward':>7}  {'valid':<5} {'in-band':<7} paid by"]
-  for c in candidates:
-    cos = f"{c['cosine']:+.3f}" if c.get("cosine") is not None else "-"
-    lines.append(f"  {c['type']:<10} {c['solve_rate']:>5.2f} {cos:>7} {c['reward']:>+7.3f}  "
-                 f"{'yes' if c['valid'] else 'no':<5} {'yes' if c['in_band'] else 'no':<7} {c.get('paid_by', '')}")
+  for r in records:
+    cos = f"{r.cosine:+.3f}" if r.cosine is not None else "-"
+    lines.append(f"  {r.type:<10} {r.solve_rate:>5.2f} {cos:>7} {r.reward:>+7.3f}  "
+                 f"{'yes' if r.valid else 'no':<5} {'yes' if r.in_band else 'no':<7} {r.paid_by}")
   return "\n".join(lines)
 
 

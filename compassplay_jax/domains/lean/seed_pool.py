@@ -39,6 +39,12 @@ class SeedPool:
       raise ValueError(f"SeedPool.add: source must be one of {SOURCES}, got {source!r}")
     self._seeds[name] = SeedProof(completion, int(iteration), source)
 
+  def copy(self) -> "SeedPool":
+    """A pool with the same seeds that changes apart from this one (a step's plan adds to its copy)."""
+    other = SeedPool(self.target_names)
+    other._seeds = dict(self._seeds)
+    return other
+
   def get(self, name: str) -> SeedProof | None:
     return self._seeds.get(name)
 

@@ -8,8 +8,8 @@ For the task types (abduction, deduction, induction), each phase one batch over 
      candidate and the external reference gradient; difficulty, novelty_only, plain cos selectable);
   5. valid proposals join the buffer;
   6. solver rollouts on the solver batch -> verified in the sandbox -> AZR's solver rewards.
-The stages (plan, propose, verify, rows) plug into selfplay/step.py, which runs them in that order
-with the shared reward stage (gate, g_ref, cosines, proposer rewards) between verify and rows; the
+The stages (plan, propose, verify, rows, commit) plug into selfplay/step.py, which runs them in that
+order with the shared reward stage (gate, g_ref, cosines, proposer rewards) between verify and rows; the
 rows of all (type, role) groups then get TRR++ advantages and make one policy update (step.update).
 
 g(x̃) is taken on the FIRST correct sample (lowest sample index) among the n solve-rate samples of
@@ -19,36 +19,29 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import importlib.resources
-import pathlib
 import random
 from typing import Any
 
 import jax
 import numpy as np
 
-from compassplay_jax.domains.coding import buffers as buffers_lib
 from compassplay_jax import config_base, distributed
 from compassplay_jax.distributed import shared_map
+from compassplay_jax.domains.coding import buffers as buffers_lib
 from compassplay_jax.domains.coding import checking, parsing, prompts, tasks, validation, verdict_stats
-from compassplay_jax.domains.coding.rewards_table import TABLES
-from compassplay_jax.errors import InputNotFound
-from compassplay_jax.models.config import ConfigError
-from compassplay_jax.rewards import novelty
-from compassplay_jax.rewards.proposer_rewards import uses_cosine
-from compassplay_jax.selfplay import alignment, coding_metrics, compact_prompts, local_reference, rollout, sequences
-from compassplay_jax.selfplay import soar_measure
-from compassplay_jax.selfplay.overlap import BackgroundChecks
-from compassplay_jax.selfplay import step as step_lib
 from compassplay_jax.domains.coding.reference_set import reference_problems
+from compassplay_jax.domains.coding.rewards_table import TABLES
+from compassplay_jax.rewards import novelty
+from compassplay_jax.rewards.proposer_rewards import SOAR_UTILITY, uses_cosine
+from compassplay_jax.selfplay import alignment, compact_prompts, local_reference, rollout, sequences, soar_measure
+from compassplay_jax.selfplay import step as step_lib
+from compassplay_jax.selfplay.overlap import BackgroundChecks
 from compassplay_jax.selfplay.rollout import Row, reward_config, split_key, truncate_prompt
+from compassplay_jax.settings.coding import metrics as coding_metrics
+from compassplay_jax.settings.coding.config import seed_dir_path, task_types, validate
 
-BUILTIN = "builtin:"
 FENCE = "```"
 _CHAT_SUFFIX = "\nAssistant: <think>"
-
-
-PROMPT_STYLES = ("plain", "chat", "compact")
 
 
 def render(tokenizer, unwrapped: str, style: str) -> str:
@@ -73,45 +66,6 @@ def _task_from_json(d: dict) -> tasks.CodingTask:
   return tasks.CodingTask(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
 
 
-def seed_dir_path(seed_dir: str):
-  """builtin:NAME (a folder in compassplay_jax/data, e.g. the demo's simple programs) or a path."""
-  if seed_dir.startswith(BUILTIN):
-    path = importlib.resources.files("compassplay_jax") / "data" / seed_dir[len(BUILTIN):]
-    if not path.is_dir():
-      raise InputNotFound(f"config.coding.seed_dir: no built-in seed folder {seed_dir!r}")
-    return pathlib.Path(str(path))
-  from compassplay_jax.domains.coding.reference_set import resolve_path
-  return resolve_path(seed_dir)
-
-
-def validate_config(config) -> None:
-  """Checks that need no model: task types, reward name, reference file (raises one-line errors)."""
-  from compassplay_jax.rewards.proposer_rewards import REWARD_FNS
-  types = [t.strip() for t in config.coding.task_types.split(",") if t.strip()]
-  unknown = [t for t in types if t not in tasks.TASK_TYPES]
-  if unknown or not types:
-    raise ConfigError(f"config.coding.task_types: unknown task type(s) {unknown} (known: {tasks.TASK_TYPES})")
-  if config.reward.name not in REWARD_FNS:
-    raise ConfigError(f"config.reward.name: {config.reward.name!r} is not one of {sorted(REWARD_FNS)}")
-  if config.coding.seed_dir.startswith(BUILTIN):
-    seed_dir_path(config.coding.seed_dir)  # a built-in folder that does not exist: fail before loading
-  if config.coding.prompt_style not in PROMPT_STYLES:
-    raise ConfigError(f"config.coding.prompt_style: {config.coding.prompt_style!r} is not one of {PROMPT_STYLES}")
-  if config.coding.prompt_style == "compact" and set(types) - set(compact_prompts.TASK_TYPES):
-    raise ConfigError(f"config.coding.task_types: compact prompts cover {compact_prompts.TASK_TYPES} only")
-  if config.reward.reference not in local_reference.REFERENCES:
-    raise ConfigError(f"config.reward.reference: {config.reward.reference!r} is not one of {local_reference.REFERENCES}")
-  if uses_cosine(config.reward.name) and config.reward.reference == local_reference.EXTERNAL:
-    reference_problems(config.reward)
-  if config.reward.name == soar_measure.NAME:
-    _soar_heldout_set(config)
-
-
-def _soar_heldout_set(config):
-  """SOAR's held-out problems, disjoint from the reference set (soar_measure.heldout_problems)."""
-  return soar_measure.heldout_problems(config.reward)
-
-
 class CodingSelfPlay:
   """Holds the task buffers and the reference set, and supplies the coding stages of a step.
 
@@ -122,10 +76,10 @@ class CodingSelfPlay:
   PHASES = ("generate", "sandbox", "reward")
 
   def __init__(self, config, tokenizer, pool, *, sampler=None):
-    validate_config(config)
+    validate(config)
     self.config, self.tokenizer, self.pool = config, tokenizer, pool
     self._sampler = sampler
-    self.task_types = [t.strip() for t in config.coding.task_types.split(",") if t.strip()]
+    self.task_types = task_types(config)
     c = config.coding
     if c.seed_dir:
       self.buffers = buffers_lib.load_azr_seed_dir(seed_dir_path(c.seed_dir), cap=c.buffer_cap, limit=c.seed_limit)
@@ -133,17 +87,15 @@ class CodingSelfPlay:
       self.buffers = buffers_lib.seeded_buffers(cap=c.buffer_cap)
     self.style = config.coding.prompt_style
     self.table = TABLES["azr_code"]
-    self.reference = None
+    self.reference = None  # the packed reference set a cosine reward compares with (external)
+    self._loss_reference = None  # the same set packed for reference_set() when no cosine needs it
     # reward.reference = "local": g_ref per seed program (selfplay/local_reference.py), no reference set.
     self.local = config.reward.reference == local_reference.LOCAL
     if uses_cosine(config.reward.name) and not self.local:
-      problems = reference_problems(config.reward)
-      self.reference = alignment.pack_reference(
-          tokenizer, [render(tokenizer, p.problem, self.style) for p in problems],
-          [p.solution for p in problems], max_len=config_base.reward_sequence_len(config))
+      self.reference = self._pack(reference_problems(config.reward))
     self.soar_heldout = self.soar_answers = None
-    if config.reward.name == soar_measure.NAME:  # SOAR's held-out set (docs/rewards.md, soar_utility)
-      problems = _soar_heldout_set(config)
+    if config.reward.name == SOAR_UTILITY:  # SOAR's held-out set (docs/rewards.md, soar_utility)
+      problems = soar_measure.heldout_problems(config.reward)
       if config.reward.soar_signal == "accuracy":  # greedy answers, checked by math-verify in workers
         from compassplay_jax.evals import benchmarks, math_check, prompts as eval_prompts
         self.soar_answers = soar_measure.HeldoutAnswers(
@@ -155,14 +107,28 @@ class CodingSelfPlay:
                                            timeout_s=config.eval.math_timeout_s),
             max_new_tokens=config.reward.soar_answer_tokens, batch_size=config.eval.batch_size)
       else:  # gold solutions, loss on them
-        self.soar_heldout = alignment.pack_reference(
-            tokenizer, [render(tokenizer, p.problem, self.style) for p in problems],
-            [p.solution for p in problems], max_len=config_base.reward_sequence_len(config))
+        self.soar_heldout = self._pack(problems)
 
   def close(self):
     self.pool.close()
     if self.soar_answers is not None:
       self.soar_answers.checker.close()
+
+  def reference_set(self):
+    """The packed reference set (Session.reference_loss): the one cosines compare with, or, for a run
+    whose reward uses none (difficulty, ...), the same problems packed the same way, kept apart from
+    `reference` so that no cosine is scored against it."""
+    if self.reference is not None:
+      return self.reference
+    if self._loss_reference is None:
+      self._loss_reference = self._pack(reference_problems(self.config.reward))
+    return self._loss_reference
+
+  def _pack(self, problems):
+    """Problems with gold solutions as reward sequences: the rendered problem, the solution as completion."""
+    return alignment.pack_reference(
+        self.tokenizer, [render(self.tokenizer, p.problem, self.style) for p in problems],
+        [p.solution for p in problems], max_len=config_base.reward_sequence_len(self.config))
 
   # ---- state for checkpoints -----------------------------------------------------------------
 
@@ -336,8 +302,11 @@ class CodingSelfPlay:
     solver_tasks = {t: self.buffers[t].solver_batch(c.solver_tasks_per_type, rng, since_step=step - 1)
                     for t in self.task_types}
     prompted = {t: self._proposer_prompts(t, rng) for t in self.task_types}
+    # The external reference set: its g_ref compiles while the step generates (none when local).
+    fixed = {local_reference.EXTERNAL: self.reference} if self.reference is not None else {}
     return CodingPlan(step, solver_tasks, {t: p[0] for t, p in prompted.items()}, {t: p[1] for t, p in prompted.items()},
-                      {t: p[2] for t, p in prompted.items()}, {t: p[3] for t, p in prompted.items()})
+                      {t: p[2] for t, p in prompted.items()}, {t: p[3] for t, p in prompted.items()},
+                      fixed_references=fixed)
 
   def propose(self, engine, params, plan: "CodingPlan", key, times) -> "CodingProposals":
     with times("generate", "generate: proposals"):
@@ -346,7 +315,9 @@ class CodingSelfPlay:
 
   def verify(self, engine, params, plan: "CodingPlan", proposals: "CodingProposals", key, times) -> step_lib.Verified:
     """Each proposal validated in the sandbox; n solver samples per valid one -> its solve rate and the
-    solution standing for g(x̃) (the first correct sample; the gold answer when none is, s = 0)."""
+    solution standing for g(x̃) (the first correct sample; the gold answer when none is, s = 0). The
+    references: the external set, or with reward.reference = "local" each needed seed's verified
+    solution (selfplay/local_reference.py)."""
     c = self.config.coding
     opens_think = self.style == "plain"
     candidates, checked = [], CodingChecks()
@@ -375,7 +346,7 @@ class CodingSelfPlay:
         checked.program_texts.append(program_text)
     valid = [i for i, cand in enumerate(candidates) if cand.valid]
     if not valid:
-      return step_lib.Verified(candidates, checked)
+      return step_lib.Verified(candidates, checked, references=self._references(plan, candidates))
     tasks_of, n = checked.tasks, c.solve_samples
     # The cosine pass (its shape guessed from the gold answers) compiles while the solver samples.
     if engine.ahead.enabled and not self.local:
@@ -393,27 +364,23 @@ class CodingSelfPlay:
       solution = ((gen.prompt_tokens[v * n], self.gold_completion(tasks_of[i])) if sample is None
                   else (gen.prompt_tokens[sample], gen.tokens[sample]))
       candidates[i] = dataclasses.replace(candidates[i], solve_rate=float(np.mean(verdicts[v])), solution=solution)
-    return step_lib.Verified(candidates, checked, tokens=int(np.sum(gen.lengths)))
+    return step_lib.Verified(candidates, checked, tokens=int(np.sum(gen.lengths)),
+                             references=self._references(plan, candidates))
 
-  def references(self, plan, verified: step_lib.Verified) -> dict:
-    """The external reference set (the MATH-train gold solutions), one g_ref for every candidate; with
-    reward.reference = "local", one per seed: its verified solution (selfplay/local_reference.py)."""
-    if self.local:
-      seeds = {local_reference.seed_key(s): s for per_type in plan.seeds.values() for s in per_type if s is not None}
-      max_len = config_base.reward_sequence_len(self.config)
-      return local_reference.seed_references(self, seeds, verified.candidates, max_len)
-    return {local_reference.EXTERNAL: self.reference} if self.reference is not None else {}
-
-  def fixed_references(self, plan) -> dict:
-    """The external reference set (its g_ref compiles while the step generates); none when local."""
-    return {} if self.local else self.references(plan, step_lib.Verified([]))
+  def _references(self, plan: "CodingPlan", candidates) -> dict:
+    """The plan's external reference set (one g_ref for every candidate); when local, one per seed
+    some valid candidate needs: its verified solution."""
+    if not self.local:
+      return dict(plan.fixed_references)
+    seeds = {local_reference.seed_key(s): s for per_type in plan.seeds.values() for s in per_type if s is not None}
+    return local_reference.seed_references(self, seeds, candidates, config_base.reward_sequence_len(self.config))
 
   def scoring(self) -> step_lib.ScoreOptions:
     r = self.config.reward
     soar = (step_lib.SoarOptions(self.soar_heldout, group_size=r.soar_group_size, steps=r.soar_inner_steps,
                                  learning_rate=r.soar_inner_lr, batch_rows=r.soar_inner_batch,
                                  accuracy=self.soar_answers, optimizer=r.soar_inner_optimizer)
-            if r.name == soar_measure.NAME else None)
+            if r.name == SOAR_UTILITY else None)
     return step_lib.ScoreOptions(
         reward_name=r.name, reward_cfg=reward_config(r), pad_id=self.tokenizer.pad_token_id,
         max_len=config_base.reward_sequence_len(self.config), buckets=sequences.TRAIN_BUCKETS,
@@ -484,9 +451,8 @@ def ppo_mini_batches(rows: list[Row], task_types, count: int) -> list[list[Row]]
 
 
 @dataclasses.dataclass
-class CodingPlan:
+class CodingPlan(step_lib.Plan):
   """The step's host-side choices (selfplay/step.py's `plan` stage)."""
-  step: int
   solver_tasks: dict[str, list]          # type -> tasks the solver answers this step
   prompts: dict[str, list[str]]          # type -> proposer prompts (rendered)
   programs: dict[str, list]              # type -> the source program shown (induction) or None

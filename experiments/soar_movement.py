@@ -63,7 +63,8 @@ def main(argv=None) -> int:
 
   import jax
   from flax import nnx
-  from compassplay_jax import config_base
+  from compassplay_jax import config_base, sharding as sh
+  from compassplay_jax.engine import Engine, EngineSettings
   from compassplay_jax.evals import benchmarks, math_check, prompts as eval_prompts
   from compassplay_jax.rewards.proposer_rewards import RewardConfig
   from compassplay_jax.rewards.reference import reference_loss_and_gradient
@@ -76,7 +77,7 @@ def main(argv=None) -> int:
   config = _config(args)
   model, tok = build_model(config)
   graphdef, params = nnx.split(model)
-  engine = step_lib.one_device_engine(graphdef, params, config)
+  engine = Engine.build(graphdef, params, sh.make_mesh((1, 1, 1), jax.devices()[:1]), EngineSettings.from_config(config))
   pad, max_len = tok.pad_token_id, config_base.reward_sequence_len(config)
   stored = json.loads(CANDIDATES.read_text())["candidates"]
   n = args.groups * args.group_size

@@ -35,7 +35,7 @@ from compassplay_jax.sampling.stops import StopFinder
 
 QUEUE_ORDERS = ("arrival", "longest_first")
 REFILLS = ("continuous", "static")
-KV_LAYOUTS = ("dense", "paged")
+KV_LAYOUTS = ("dense", "paged", "auto")
 OnFinish = Callable[[int, np.ndarray, "str | None", str], None]
 # Shrinking stops at this many slots per batch device: below it a decode step costs about the same,
 # and every slot count is another decode program per attention window.
@@ -116,8 +116,9 @@ class ContinuousEngine(RolloutEngine):
   shrink: once no request waits and the live rows fit a smaller power of two of slots (per batch
     device), move them there (repeatedly, down to shrink_floor per batch device), so the last rows of
     a call do not decode beside empty slots (slots.compact; each device keeps its own rows).
-  kv_layout: "dense" (a cache row per slot) or "paged" (a pool of page_size-column pages; num_pages,
-    paged_fill: the pool's size; docs/sampling.md "Paged KV cache").
+  kv_layout: "dense" (a cache row per slot), "paged" (a pool of page_size-column pages; num_pages,
+    paged_fill: the pool's size; docs/sampling.md "Paged KV cache"; one device), or "auto": paged on
+    one device, dense on a larger mesh (docs/sampling.md, "Which layout").
   paged_attention: the paged decode's attention: "auto" (a Pallas kernel on GPU and TPU, the pure-JAX
     gather elsewhere), "gather", "pallas_gpu" or "pallas_tpu" (paged_kernels.py); paged_interpret runs
     a Pallas kernel in interpret mode (CPU tests).
@@ -238,8 +239,17 @@ class ContinuousEngine(RolloutEngine):
   def _prefill_size(self, prompts: int, bucket: int) -> int:
     return min(self._round(batching.pow2_at_least(prompts)), self.prefill_rows_cap(bucket))
 
+  def _pages_pay(self) -> bool:
+    """kv_layout="auto": pages wherever the engine runs on one device (the pool is not sharded yet).
+    Measured on the loop workload (docs/sampling.md, "Which layout"): 1.69x the dense engine's useful
+    tok/s at a budget where pages fit twice the slots, and 1.72x at one where both hold every row
+    (paged decode reads only the filled pages, dense attends over a power-of-two window)."""
+    return self.mesh is None or self.mesh.size == 1
+
   def _ensure_state(self, key, slots: int, length: int):
     state, self._state = self._state, None  # donated below; kept again at the end
+    if not isinstance(state, slots_lib.SlotState):  # none yet, or the paged layout's (kv_layout="auto")
+      state = None
     if state is None or state.out_tokens.shape != (slots, self.chunk_tokens + 1) or \
         state.cache[0].k.shape[1] != length or state.keys.dtype != key.dtype or \
         state.cache[0].k.dtype != jnp.dtype(self.cache_dtype):
@@ -256,16 +266,16 @@ class ContinuousEngine(RolloutEngine):
     rows are prompt-major indices as in the result."""
     if self.params is None:
       raise ValueError("ContinuousEngine has no params: call update_params first")
-    if self.kv_layout == "paged":
-      return self._generate_paged(requests, config, key, on_finish)
     requests = as_requests(requests)
     prompt_ids = encode_prompts(self.tokenizer, [r.prompt for r in requests])
-    eos_ids = resolve_eos_ids(self.tokenizer, config)
-    pad_id = resolve_pad_id(self.tokenizer, eos_ids)
     buckets = [batching.bucket_length(len(ids), config.bucket_lengths) for ids in prompt_ids]
     budgets = [r.budget(config) for r in requests]
     n = config.n_samples
     slots, length = self._shape(max(b + m for b, m in zip(buckets, budgets)), max(buckets), len(requests) * n)
+    if self.kv_layout == "paged" or (self.kv_layout == "auto" and self._pages_pay()):
+      return self._generate_paged(requests, config, key, on_finish, prompt_ids)
+    eos_ids = resolve_eos_ids(self.tokenizer, config)
+    pad_id = resolve_pad_id(self.tokenizer, eos_ids)
     finders = {s: StopFinder(self.tokenizer, s) for s in {r.stops(config) for r in requests}}
     key = as_prng_key(key)
     rows = [_Row(i, j, budgets[i], finders[requests[i].stops(config)], columns=buckets[i])
@@ -393,6 +403,8 @@ class ContinuousEngine(RolloutEngine):
 
   def _ensure_paged(self, key, slots: int, num_pages: int):
     state, self._state = self._state, None
+    if not isinstance(state, paged_slots.PagedState):  # none yet, or the dense layout's (kv_layout="auto")
+      state = None
     if state is None or state.out_tokens.shape != (slots, self.chunk_tokens + 1) or \
         state.pages[0].k.shape[1:3] != (num_pages, self.page_size) or state.keys.dtype != key.dtype or \
         state.pages[0].k.dtype != jnp.dtype(self.cache_dtype):
@@ -402,14 +414,15 @@ class ContinuousEngine(RolloutEngine):
                                              cache_dtype=self.cache_dtype)
     return state
 
-  def _generate_paged(self, requests, config: SamplingConfig, key, on_finish):
+  def _generate_paged(self, requests, config: SamplingConfig, key, on_finish, prompt_ids=None):
     """`generate` over a paged KV cache: a row holds pages for the columns it has reached (its prompt's
     full pages shared with its prompt's other samples), takes more before each chunk and returns all
     of them when it ends. When the pool runs short the youngest live row is preempted (its pages
     returned, the row queued again in front: it restarts with the same draws, so results do not
     change). Decode attends over the live rows' pages only (paged_slots.decode_paged)."""
     requests = as_requests(requests)
-    prompt_ids = encode_prompts(self.tokenizer, [r.prompt for r in requests])
+    if prompt_ids is None:
+      prompt_ids = encode_prompts(self.tokenizer, [r.prompt for r in requests])
     eos_ids = resolve_eos_ids(self.tokenizer, config)
     pad_id = resolve_pad_id(self.tokenizer, eos_ids)
     buckets = [batching.bucket_length(len(ids), config.bucket_lengths) for ids in prompt_ids]

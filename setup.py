@@ -23,7 +23,7 @@ setup(
     # compassplay_jax/data is a package (the fetch command) that also ships the built-in reference set
     # and the demo's seed programs.
     package_data={"compassplay_jax": ["data/*.jsonl", "data/*.md", "data/demo_seed/*.jsonl"],
-                  "compassplay_jax.data": ["*.jsonl", "*.md", "demo_seed/*.jsonl"]},
+                  "compassplay_jax.cli.data": ["*.jsonl", "*.md", "demo_seed/*.jsonl"]},
     install_requires=_requirements("requirements.txt"),
     extras_require={"test": _requirements("requirements-test.txt")},
 )

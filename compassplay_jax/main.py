@@ -34,7 +34,7 @@ def main(argv):
   config = _CONFIG.value
   if config is None:
     raise app.UsageError("--config is required, e.g. --config=configs/coding.py:demo")
-  from compassplay_jax import gc_policy, logging_setup
+  from compassplay_jax.infra import gc_policy, logging_setup
   logging_setup.configure(verbosity_flag_present=flags.FLAGS["verbosity"].present)
   gc_policy.defer_full_collections()
   from compassplay_jax.selfplay.run import run  # heavy imports after flag parsing
@@ -62,7 +62,7 @@ def entry():
     print(f"error: unknown config key in {override} (see the config file for the known fields)", file=sys.stderr)
     sys.exit(2)
   except Exception as e:
-    from compassplay_jax.errors import user_error_line
+    from compassplay_jax.core.errors import user_error_line
     line = user_error_line(e)
     if line is None or os.environ.get("COMPASSPLAY_TRACEBACK"):
       raise

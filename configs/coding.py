@@ -9,7 +9,7 @@ Values marked AZR come from Absolute Zero Reasoner's code and scripts (`paper` b
 (§5.4 ...) point to docs/paper_settings.md, which gives each value's public source. Values marked paper
 come from CompassPlay's design card.
 """
-from compassplay_jax import config_base
+from compassplay_jax.runtime import config_base
 
 
 def get_config(arg: str = ""):
@@ -161,9 +161,9 @@ def _demo(config):
   config.train.micro_batch_size = 1
   config.reward.micro_batch_size = 4
   config.checkpoint.every_steps = 1
-  config.eval.every_steps = 0  # evaluation off in the demo (run compassplay_jax.evaluate separately)
+  config.eval.every_steps = 0  # evaluation off in the demo (run compassplay_jax.cli.evaluate separately)
   config.eval.dense_every_steps = 0
-  # compassplay_jax.evaluate with these defaults finishes in about a minute on 2 CPU cores (4 CRUXEval-O
+  # compassplay_jax.cli.evaluate with these defaults finishes in about a minute on 2 CPU cores (4 CRUXEval-O
   # items, 64 new tokens); SmolLM2 scores 0 there (no <answer> tags; docs/demo.md "Evaluating the demo").
   config.eval.benchmarks = "cruxeval_o"
   config.eval.limit = 4

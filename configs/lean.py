@@ -10,7 +10,7 @@ start-up with the setup instruction. Values marked SGS come from "Scaling Self-P
 (arXiv 2604.20209) and its code (github.com/LukeBailey181/sgs, scripts/standard_sgs.py); values marked
 paper from CompassPlay's design card. docs/lean.md ("The loop") lists them with their sources.
 """
-from compassplay_jax import config_base
+from compassplay_jax.runtime import config_base
 
 
 def get_config(arg: str = ""):
@@ -30,7 +30,7 @@ def get_config(arg: str = ""):
   config.steps = 200  # paper: 200 iterations, coverage measured every iteration (design card); SGS ~200 (§1.3)
 
   l = config.lean
-  # SGS's D3k, 3,323 statements (§1.2; python -m compassplay_jax.data fetch d3k, by name: no license is stated).
+  # SGS's D3k, 3,323 statements (§1.2; python -m compassplay_jax.cli.data fetch d3k, by name: no license is stated).
   # The public stand-in: --config.lean.targets_path=data:leanworkbook/leanworkbook_train_1k.jsonl
   l.targets_path = "data:d3k/D_3k_prover_dataset.json"
   l.targets_per_iteration = 0  # SGS: proofs for every target, solved ones included, each iteration

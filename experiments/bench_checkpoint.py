@@ -4,7 +4,7 @@
   python experiments/bench_checkpoint.py --params-m 10   # a quick check of the script
 
 The state is params plus two moment trees of the same size, fp32, in 30 leaves (SmolLM2-135M's
-1.6 GB). Each mode saves steps 1 and 2 through compassplay_jax.checkpoint.CheckpointManager and
+1.6 GB). Each mode saves steps 1 and 2 through compassplay_jax.infra.checkpoint.CheckpointManager and
 reports the time `save` took to return (what the loop waits for) and the time until the write was
 committed. Run it on a quiet machine; the load average is printed with the table.
 """
@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from compassplay_jax.checkpoint import CheckpointManager
+from compassplay_jax.infra.checkpoint import CheckpointManager
 
 LEAVES = 30
 

@@ -21,7 +21,7 @@ import argparse
 import json
 import time
 
-from compassplay_jax.memory_report import PAPER_MODELS
+from compassplay_jax.costs.memory_report import PAPER_MODELS
 from compassplay_jax.sampling.paged_slots import decode_step_bytes
 
 

@@ -88,7 +88,7 @@ def start_vllm(graphdef, params, tok, max_model_len: int, memory_mb: int):
   """(the vLLM engine, warm-up s): started on these weights, then one short call on another prompt
   (its kernels warmed, nothing of the workload's prompts in its prefix cache)."""
   from compassplay_jax.sampling import SamplingConfig
-  from compassplay_jax.sampling.engine import make_engine
+  from compassplay_jax.sampling.factory import make_engine
   start = time.perf_counter()
   engine = make_engine("vllm", graphdef, tok, params, max_model_len=max_model_len,
                        memory_gb=max(1, round(memory_mb / 1024)))
@@ -156,7 +156,7 @@ def run_loop(args, model, tok):
   from flax import nnx as _nnx
   from compassplay_jax.sampling import SamplingConfig, batching
   from compassplay_jax.sampling.continuous import ContinuousEngine
-  from compassplay_jax.sampling.engine import StaticEngine
+  from compassplay_jax.sampling.static_engine import StaticEngine
   from compassplay_jax.sampling.generate import resolve_eos_ids, resolve_pad_id
   from compassplay_jax.sampling.prompts import encode_prompts
 
@@ -275,7 +275,7 @@ def main():
   from compassplay_jax import load_model
   from compassplay_jax.sampling import SamplingConfig, batching
   from compassplay_jax.sampling.continuous import ContinuousEngine
-  from compassplay_jax.sampling.engine import Request
+  from compassplay_jax.sampling.rollout_engine import Request
   from compassplay_jax.sampling.prompts import encode_prompts
 
   model, tok = load_model("smollm2-135m")

@@ -93,7 +93,7 @@ def main():
 
   from compassplay_jax import load_model
   from compassplay_jax.sampling import SamplingConfig
-  from compassplay_jax.sampling.engine import make_engine
+  from compassplay_jax.sampling.factory import make_engine
   model, tok = load_model("smollm2-135m")
   graphdef, params = nnx.split(model)
   torch_model = None if args.no_torch else _torch_model()

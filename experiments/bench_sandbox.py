@@ -177,7 +177,7 @@ def main():
   args = parser.parse_args()
   if not pathlib.Path(args.data).is_file():
     sys.exit(f"bench_sandbox: CRUXEval file not found: {args.data} "
-             f"(python -m compassplay_jax.data fetch cruxeval, or pass --data)")
+             f"(python -m compassplay_jax.cli.data fetch cruxeval, or pass --data)")
   rows = [json.loads(line) for line in open(args.data)]
   if args.limit:
     rows = rows[:args.limit]

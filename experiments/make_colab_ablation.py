@@ -84,7 +84,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from compassplay_jax.selfplay.session import Session
-from compassplay_jax.sweep import load_config
+from compassplay_jax.cli.sweep import load_config
 
 %matplotlib inline
 

@@ -73,7 +73,7 @@ def parse_args(argv=None):
 def main(argv=None):
   args = parse_args(argv)
   if args.table:
-    from compassplay_jax import memory_report as mr
+    from compassplay_jax.costs import memory_report as mr
     rows = []
     for path in args.table:
       try:
@@ -85,8 +85,8 @@ def main(argv=None):
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                              f" --xla_force_host_platform_device_count={args.devices}").strip()
-  from compassplay_jax import memory_report as mr
-  from compassplay_jax import sharding as sh
+  from compassplay_jax.costs import memory_report as mr
+  from compassplay_jax.infra import sharding as sh
   from compassplay_jax.rl.train_step import TrainConfig
 
   devices = None
@@ -141,7 +141,7 @@ def main(argv=None):
   if engine_rows:
     print("\nThe update with the rollout engine released (the loop) and alive:\n" + mr.format_engine_table(engine_rows))
   if args.json:
-    from compassplay_jax import distributed
+    from compassplay_jax.infra import distributed
     distributed.write_json(args.json, rows)
 
 

@@ -61,7 +61,7 @@ PROXIES = ("cosine", "inner product", "-‖g‖", "1 - solve rate", "novelty 1 -
 
 
 def _reference_loss(engine, params, held) -> float:
-  from compassplay_jax import distributed
+  from compassplay_jax.infra import distributed
   return float(distributed.to_host(engine.mean_loss(params, held["tokens"], held["loss_mask"],
                                                     held["attention_mask"])))
 
@@ -80,7 +80,7 @@ def candidate_spans(slots, segments) -> list[tuple[int, int]]:
 def run(args) -> dict:
   import jax
   import jax.numpy as jnp
-  from compassplay_jax import config_base
+  from compassplay_jax.runtime import config_base
   from compassplay_jax.rewards.proposer_rewards import in_band
   from compassplay_jax.selfplay import alignment
   from compassplay_jax.selfplay import step as step_lib

@@ -76,7 +76,7 @@ def loss_drops(engine, params, reference, solutions, lrs, *, pad_id: int, max_le
   Returns {"before", "ref_sq_norm", "cosines", "inner_products", "sq_norms", "after" (N, L), "drops" (N, L)};
   nothing is written to `params`."""
   import jax
-  from compassplay_jax import distributed
+  from compassplay_jax.infra import distributed
   from compassplay_jax.selfplay import alignment
   from compassplay_jax.selfplay.sequences import TRAIN_BUCKETS, pack
   held = _place(engine, reference, pad_id)
@@ -103,7 +103,7 @@ def loss_drops(engine, params, reference, solutions, lrs, *, pad_id: int, max_le
 # ---- stage 1: collect candidates from real demo steps --------------------------------------------
 
 def build_config(spec: str, sets: list[str], seed: int):
-  from compassplay_jax import sweep
+  from compassplay_jax.cli import sweep
   try:
     config = sweep.load_config(spec)
     for text in sets:
@@ -175,7 +175,7 @@ PER_CANDIDATE = ("cosines", "inner_products", "sq_norms", "after", "drops")
 def measure(session, candidates: list[dict], lrs: list[float], path: pathlib.Path, chunk: int = 8) -> dict:
   """loss_drops for the candidates `path` does not hold yet, `chunk` at a time, saved after each chunk
   (identical solutions, e.g. copies of a seed task, are measured once)."""
-  from compassplay_jax import config_base
+  from compassplay_jax.runtime import config_base
   m = json.loads(path.read_text()) if path.exists() else {"lrs": lrs, "wall_s": 0.0, **{k: [] for k in PER_CANDIDATE}}
   pad_id, max_len = session.tokenizer.pad_token_id, config_base.reward_sequence_len(session.config)
   solutions = [(np.asarray(c["prompt_ids"], np.int32), np.asarray(c["completion_ids"], np.int32)) for c in candidates]

@@ -37,7 +37,7 @@ CANDIDATES = REPO / "docs" / "figures" / "proxy" / "candidates.json"
 
 
 def _config(args):
-  from compassplay_jax import sweep
+  from compassplay_jax.cli import sweep
   config = sweep.load_config("configs/coding.py:demo")
   r = config.reward
   r.name = "soar_utility"
@@ -63,8 +63,9 @@ def main(argv=None) -> int:
 
   import jax
   from flax import nnx
-  from compassplay_jax import config_base, sharding as sh
-  from compassplay_jax.engine import Engine, EngineSettings
+  from compassplay_jax.runtime import config_base
+  from compassplay_jax.infra import sharding as sh
+  from compassplay_jax.runtime.engine import Engine, EngineSettings
   from compassplay_jax.evals import benchmarks, math_check, prompts as eval_prompts
   from compassplay_jax.rewards.proposer_rewards import RewardConfig
   from compassplay_jax.rewards.reference import reference_loss_and_gradient

@@ -158,7 +158,7 @@ def plan_units(plan, work0, config, prompt_bucket: int, rows: int, mean_tokens: 
   completion (its rows are packed to their own length buckets, at most reward.max_completion_tokens);
   a train micro-batch is the prompt bucket + max_new_tokens (the update pads every row to the batch's
   longest, and a batch of hundreds of rows reaches the cap)."""
-  from compassplay_jax import config_base
+  from compassplay_jax.runtime import config_base
   from compassplay_jax.selfplay.sequences import TRAIN_BUCKETS, bucket
   s = config.sampling
   new = s.max_new_tokens
@@ -205,7 +205,7 @@ def collective_bytes(hlo_text: str, devices: int) -> tuple[float, dict]:
   """Bytes one device sends over the links in a compiled SPMD program (each op once, loops as
   XLA's cost analysis counts them): ring all-gather (n-1)/n x output, all-reduce 2(n-1)/n x size,
   reduce-scatter (n-1) x output, all-to-all (n-1)/n, collective-permute its output."""
-  from compassplay_jax import memory_report as mr  # here: jax is imported after the device flags are set
+  from compassplay_jax.costs import memory_report as mr  # here: jax is imported after the device flags are set
   total, counts = 0.0, {}
   for op, arrays, line in mr.hlo_collectives(hlo_text):
     size = sum(_BYTES.get(t, 4) * math.prod(dims) for t, dims in arrays)
@@ -220,8 +220,8 @@ def collective_bytes(hlo_text: str, devices: int) -> tuple[float, dict]:
 def unit_figures(unit: Unit, cfg, mesh, train_cfg, backend: str, cache: pathlib.Path, compile_ok: bool) -> dict:
   """The unit's per-device FLOPs / bytes / collective bytes: from the cache, else compiled (and cached)."""
   import jax
-  from compassplay_jax import memory_report as mr
-  from compassplay_jax import sharding as sh
+  from compassplay_jax.costs import memory_report as mr
+  from compassplay_jax.infra import sharding as sh
   ident = {"backend": backend, "function": unit.function, "mesh": sh.mesh_summary(mesh),
            "work": dataclasses.asdict(unit.work), "model": dataclasses.asdict(cfg),
            "train": dataclasses.asdict(train_cfg), "jax": jax.__version__}
@@ -272,7 +272,7 @@ def decode_schedule(plan, mean: float, sigma: float, cap: int, rows: int, slot_c
   static schedule ("static") and of continuous batching with each slot count (its number), and the
   cache entries attention over the filled cache would read ("kv_tokens")."""
   import numpy as np
-  from compassplay_jax import step_time_model as stm
+  from compassplay_jax.costs import step_time_model as stm
   rng = np.random.default_rng(seed)
   out = []
   for call in plan.generate:
@@ -296,8 +296,8 @@ def packed_update_share(plan, config, divisor: int, train_len: int, prompt_bucke
   averaged over `trials` draws of the rows' completion lengths (prompts at the bucket); None when the
   config pads every row to one shape. Not capped at 1: a packing worse than padding shows as such."""
   import numpy as np
-  from compassplay_jax import config_base
-  from compassplay_jax import step_time_model as stm
+  from compassplay_jax.runtime import config_base
+  from compassplay_jax.costs import step_time_model as stm
   budget = config.train.micro_batch_tokens
   if budget <= 0 or not plan.update_chunks:
     return None
@@ -349,7 +349,7 @@ def setting_rows(plan, units, figures, sched, checks, hardware, eff, rows, sched
   attention_flops_per_entry: per device, a decode step's attention FLOPs per cache entry it reads.
   update_share: the packed update's tokens over those of its padded micro-batches (packed_update_share;
   None: rows padded); its train and log-prob passes count as that share of the padded ones."""
-  from compassplay_jax import step_time_model as stm
+  from compassplay_jax.costs import step_time_model as stm
   out = []
 
   def device_row(phase, name, f, calls, shapes, schedule=""):
@@ -497,11 +497,11 @@ def main(argv=None):
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                              f" --xla_force_host_platform_device_count={args.devices}").strip()
-  from compassplay_jax import memory_report as mr
-  from compassplay_jax import sharding as sh
-  from compassplay_jax import step_time_model as stm
-  from compassplay_jax.engine import EngineSettings
-  from compassplay_jax.sweep import load_config
+  from compassplay_jax.costs import memory_report as mr
+  from compassplay_jax.infra import sharding as sh
+  from compassplay_jax.costs import step_time_model as stm
+  from compassplay_jax.runtime.engine import EngineSettings
+  from compassplay_jax.cli.sweep import load_config
 
   devices = None
   if args.topology:
@@ -625,7 +625,7 @@ class Topology:
 
 
 def program_topologies(args):
-  from compassplay_jax import step_time_model as stm
+  from compassplay_jax.costs import step_time_model as stm
   return (
       Topology("h100", "8 x H100 SXM (1 host)", 1, 80 * GIB * args.h100_mem_fraction,
                f"80 GiB x {args.h100_mem_fraction} (JAX's GPU allocator preallocates XLA_PYTHON_CLIENT_MEM_FRACTION "
@@ -648,7 +648,7 @@ def simulate_call(cfg, topo, mesh, budget, lengths, buckets, samples, max_new, c
   """One generate call on one host's engine: cache length, slots, and the simulated run. round_to:
   the cache length as the longest (bucket + budget) rounded up to this many columns instead of the
   engine's next power of two (a what-if)."""
-  from compassplay_jax import step_time_model as stm
+  from compassplay_jax.costs import step_time_model as stm
   need = max(b + m for b, m in zip(buckets, max_new))
   length = -(-need // round_to) * round_to if round_to else stm.pow2_at_least(need)
   most = stm.engine_slots(cfg, length, budget, max(buckets), tensor=mesh.tensor, batch_divisor=mesh.batch_divisor)
@@ -661,9 +661,9 @@ def simulate_call(cfg, topo, mesh, budget, lengths, buckets, samples, max_new, c
 def program_setting(args, config, cfg, topo, hw, eff, plan, rng_seed: int) -> dict:
   """Seconds per part of one coding step, one evaluation, and the run's amortized costs, on `topo`."""
   import numpy as np
-  from compassplay_jax import config_base
-  from compassplay_jax import sharding as sh
-  from compassplay_jax import step_time_model as stm
+  from compassplay_jax.runtime import config_base
+  from compassplay_jax.infra import sharding as sh
+  from compassplay_jax.costs import step_time_model as stm
   from compassplay_jax.evals import harness
   from compassplay_jax.sampling import batching
   from compassplay_jax.selfplay.sequences import length_groups
@@ -818,7 +818,7 @@ def program_setting(args, config, cfg, topo, hw, eff, plan, rng_seed: int) -> di
 
 def print_program(args, config, cfg, plan, results, topos, eff):
   """The table of the program that runs (docs/sharding.md, "Step time of the program that runs")."""
-  from compassplay_jax import step_time_model as stm
+  from compassplay_jax.costs import step_time_model as stm
   budget = PAPER_BUDGET["coding"]
   mins = lambda s: f"{s / 60:.2f}"  # noqa: E731
   secs = lambda s: f"{s:,.1f}"  # noqa: E731
@@ -956,9 +956,9 @@ def program_blockers(results, topos, budget) -> list[str]:
 
 
 def main_program(args):
-  from compassplay_jax import memory_report as mr
-  from compassplay_jax import step_time_model as stm
-  from compassplay_jax.sweep import load_config
+  from compassplay_jax.costs import memory_report as mr
+  from compassplay_jax.costs import step_time_model as stm
+  from compassplay_jax.cli.sweep import load_config
   spec = args.coding_config
   config = load_config(spec if pathlib.Path(spec.split(":")[0]).is_absolute() else str(REPO / spec))
   cfg = mr.PAPER_MODELS[mr.PAPER_WORKLOADS["azr-coding"].model].replace(dtype=config.model.dtype,
@@ -966,7 +966,7 @@ def main_program(args):
   eff = stm.Efficiency(args.flops_eff, args.hbm_eff, args.link_eff)
   topos = program_topologies(args)
   results = {}
-  from compassplay_jax.sharding import MeshConfig
+  from compassplay_jax.infra.sharding import MeshConfig
   divisor = 8 // MeshConfig.from_any(config.mesh).tensor  # data x fsdp of the 8-chip mesh
   plan = stm.coding_step_plan(config, divisor, valid_fraction=args.valid_fraction, host_workers=args.host_workers)
   for i, t in enumerate(topos):

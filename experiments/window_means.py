@@ -11,7 +11,7 @@ import math
 import pathlib
 import sys
 
-from compassplay_jax.metrics import read_metrics
+from compassplay_jax.infra.metrics import read_metrics
 
 
 def window_mean(records, key: str, start: int, end: int) -> float:

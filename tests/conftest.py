@@ -4,7 +4,7 @@ import pathlib
 
 import pytest
 
-from compassplay_jax import gc_policy
+from compassplay_jax.infra import gc_policy
 from tests import xla_env
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ def shared_data():
   """The data directory; tests that need a file there skip cleanly when it is absent."""
   if not SHARED_DATA.is_dir():
     pytest.skip(f"data directory not found at {SHARED_DATA} (set COMPASSPLAY_DATA, or fetch: "
-                f"python -m compassplay_jax.data fetch --all --dir {SHARED_DATA})")
+                f"python -m compassplay_jax.cli.data fetch --all --dir {SHARED_DATA})")
   return SHARED_DATA
 
 

@@ -1,8 +1,8 @@
 """A one-device engine for tests that drive a setting or the sampler outside the run loop."""
 import jax
 
-from compassplay_jax import sharding as sh
-from compassplay_jax.engine import Engine, EngineSettings
+from compassplay_jax.infra import sharding as sh
+from compassplay_jax.runtime.engine import Engine, EngineSettings
 
 
 def one_device_engine(graphdef, params, config):

@@ -9,7 +9,7 @@ import sys
 
 os.environ["JAX_PLATFORMS"] = "cpu"
 
-from compassplay_jax import distributed  # noqa: E402
+from compassplay_jax.infra import distributed  # noqa: E402
 
 
 def main():

@@ -5,7 +5,7 @@ start and the package's imports (~8 s each). tests/test_user_errors.py keeps one
 real command line.
 
 What entry() changes process-wide is put back after each call:
-- absl's flags. Flag names are process-wide: compassplay_jax.evaluate (imported by test_eval_harness.py
+- absl's flags. Flag names are process-wide: compassplay_jax.cli.evaluate (imported by test_eval_harness.py
   at collection) defines --config and --workdir too, so theirs are set aside while main's are in, and
   ml_collections' --config.<field> override flags, registered by each parse, are deleted (a second
   parse with the same override would be refused as "defined twice").
@@ -36,7 +36,7 @@ def run_main(args, capsys) -> tuple[int, str]:
 
 def run_main_output(args, capsys) -> tuple[int, str, str]:
   """(exit status, stdout, stderr) of `python -m compassplay_jax.main *args`, run in this process."""
-  from compassplay_jax import logging_setup
+  from compassplay_jax.infra import logging_setup
   loggers = [logging.getLogger(), *map(logging.getLogger, logging_setup.NOISY_LOGGERS)]
   saved_levels = [l.level for l in loggers]
   saved_handlers = list(logging.root.handlers)

@@ -29,8 +29,8 @@ def main():
 
   import jax
 
-  from compassplay_jax import distributed, gc_policy
-  from compassplay_jax.errors import user_error_line
+  from compassplay_jax.infra import distributed, gc_policy
+  from compassplay_jax.core.errors import user_error_line
   from compassplay_jax.selfplay.session import Session
   from tests.scripted_coder import SHORT_SEQUENCES, ScriptedCoder
   from tests.test_selfplay import _config

@@ -11,7 +11,7 @@ import sys
 os.environ["JAX_PLATFORMS"] = "cpu"
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")  # the test passes xla_env.cpu_env(4)
 
-from compassplay_jax import distributed  # noqa: E402
+from compassplay_jax.infra import distributed  # noqa: E402
 
 
 def main():
@@ -21,7 +21,7 @@ def main():
   import jax.numpy as jnp
   import numpy as np
 
-  from compassplay_jax import sharding as sh
+  from compassplay_jax.infra import sharding as sh
   from compassplay_jax.models.config import ModelConfig
   from compassplay_jax.rewards.losses import per_sequence_loss
 

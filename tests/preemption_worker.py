@@ -22,8 +22,8 @@ STEPS = 100
 def main(argv) -> int:
   port, process_id, directory = argv[0], int(argv[1]), argv[2]
   jax.distributed.initialize(f"localhost:{port}", 2, process_id, initialization_timeout=120)
-  from compassplay_jax import preemption
-  from compassplay_jax.checkpoint import CheckpointManager
+  from compassplay_jax.infra import preemption
+  from compassplay_jax.infra.checkpoint import CheckpointManager
   manager = CheckpointManager(directory, save_every=STEPS)
   with preemption.Watcher(manager.reached_preemption) as watch:
     assert watch.multi_process

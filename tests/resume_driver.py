@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from compassplay_jax.checkpoint import CheckpointManager
+from compassplay_jax.infra.checkpoint import CheckpointManager
 from compassplay_jax.models.config import ModelConfig
 from compassplay_jax.models.decoder import init_decoder
 from compassplay_jax.rl import advantages, train_step

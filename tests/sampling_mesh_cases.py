@@ -18,12 +18,12 @@ import pytest  # noqa: E402
 from flax import nnx  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from compassplay_jax import sharding as sh  # noqa: E402
+from compassplay_jax.infra import sharding as sh  # noqa: E402
 from compassplay_jax.models.config import ModelConfig  # noqa: E402
 from compassplay_jax.models.decoder import init_decoder  # noqa: E402
 from compassplay_jax.sampling import SamplingConfig, batching  # noqa: E402
 from compassplay_jax.sampling.continuous import ContinuousEngine  # noqa: E402
-from compassplay_jax.sampling.engine import Request  # noqa: E402
+from compassplay_jax.sampling.rollout_engine import Request  # noqa: E402
 
 if jax.device_count() != 8:
   pytest.skip(f"needs 8 devices, have {jax.device_count()}", allow_module_level=True)

@@ -25,9 +25,9 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from compassplay_jax import sharding as sh  # noqa: E402
-from compassplay_jax.engine import Engine, EngineSettings  # noqa: E402
-from compassplay_jax.model_setup import build_model  # noqa: E402
+from compassplay_jax.infra import sharding as sh  # noqa: E402
+from compassplay_jax.runtime.engine import Engine, EngineSettings  # noqa: E402
+from compassplay_jax.runtime.model_setup import build_model  # noqa: E402
 from compassplay_jax.selfplay import alignment  # noqa: E402
 from compassplay_jax.selfplay import step as step_lib  # noqa: E402
 from compassplay_jax.settings.coding.setting import CodingSelfPlay  # noqa: E402
@@ -67,7 +67,7 @@ def one_step(config, tokenizer, graphdef, params, pool, mesh):
                                update=step_lib.UpdateOptions.from_config(config, tokenizer.pad_token_id))
   engine.ahead.close()
   # The optimizer update compiles ahead while the step generates and the cosine pass (its shape guessed
-  # from the gold answers) while the solver samples (compile_ahead.py): the step's main thread compiles
+  # from the gold answers) while the solver samples (infra/compile_ahead.py): the step's main thread compiles
   # neither. (g_ref compiled above, on the main thread.)
   assert not {"jit(update)", "jit(gradient_cosines)"} & compile_events.on_main(compiles), compiles
   train_metrics = {k: v for k, v in result.metrics.items() if k.startswith("train/")}

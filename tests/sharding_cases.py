@@ -20,8 +20,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from compassplay_jax import sharding as sh  # noqa: E402
-from compassplay_jax.engine import Engine, EngineSettings, ShardedSampler  # noqa: E402
+from compassplay_jax.infra import sharding as sh  # noqa: E402
+from compassplay_jax.runtime.engine import Engine, EngineSettings, ShardedSampler  # noqa: E402
 from compassplay_jax.models.config import ModelConfig  # noqa: E402
 from compassplay_jax.models.decoder import init_decoder  # noqa: E402
 
@@ -332,7 +332,7 @@ def test_hf_checkpoint_loads_each_device_slice(tmp_path, monkeypatch, model_type
 # ---- orbax: save from one mesh, restore onto another -------------------------------------------------
 
 def test_checkpoint_restores_onto_another_mesh(tmp_path):
-  from compassplay_jax import checkpoint
+  from compassplay_jax.infra import checkpoint
   from compassplay_jax.rl import train_step as train_lib
   cfg = CONFIGS["qwen2"]
   tcfg = train_lib.TrainConfig()
@@ -363,7 +363,7 @@ def test_checkpoint_restores_onto_another_mesh(tmp_path):
 def fsdp8_collectives(name: str):
   """(the tiny tied model and workload, (op, per-device shape) of each array of every all-reduce and
   all-gather of function `name` compiled on fsdp=8)."""
-  from compassplay_jax import memory_report
+  from compassplay_jax.costs import memory_report
   cfg, work = memory_report.tiny_workload(CONFIGS["llama_tied"])  # tied: the head reads the embedding table
   lowered, _ = memory_report.lower_function(name, cfg, sh.make_mesh((1, 8, 1)), work)
   results = [(op, shape) for op, arrays, _ in memory_report.hlo_collectives(lowered.compile().as_text())
@@ -399,7 +399,7 @@ def test_fsdp_decode_step_moves_activations_not_weights():
 # ---- ahead-of-time memory report ---------------------------------------------------------------------
 
 def test_memory_report_on_tiny_config():
-  from compassplay_jax import memory_report
+  from compassplay_jax.costs import memory_report
   cfg, work = memory_report.tiny_workload()
   mesh = sh.make_mesh((2, 2, 2))
   row = memory_report.report(cfg, mesh, work)
@@ -420,7 +420,7 @@ def test_per_function_report_script_on_8_devices(tmp_path, monkeypatch, capsys):
   import importlib.util
   import json
 
-  from compassplay_jax import memory_report as mr
+  from compassplay_jax.costs import memory_report as mr
   spec = importlib.util.spec_from_file_location("memory_report_script", REPO / "experiments" / "memory_report.py")
   script = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(script)

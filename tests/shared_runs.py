@@ -4,7 +4,7 @@
   straight/  coding:tiny with the KL term (compassplay_cos, seed 0, 2 steps, train.kl_coef=KL_COEF)
              stepped one at a time through a Session, with its reference loss before and after; then a
              new Session resumes it for a third step.
-  sweep/     `python -m compassplay_jax.sweep` over compassplay_cos,difficulty x seeds 0,1 of the same
+  sweep/     `python -m compassplay_jax.cli.sweep` over compassplay_cos,difficulty x seeds 0,1 of the same
              config (--set train.kl_coef=KL_COEF), killed (-9, the sweep and its running cell) once
              compassplay_cos/seed_0 has committed step 1, run again to the end, and once more
              (everything skipped). That cell had a killed run's stale metrics lines and no checkpoint
@@ -67,7 +67,7 @@ def once(tmp_path_factory, name: str, make) -> tuple[pathlib.Path, dict]:
 
 
 def tiny_config(reward: str = "compassplay_cos", steps: int = 2, kl_coef: float = 0.0, profile_steps: str = ""):
-  from compassplay_jax.sweep import load_config
+  from compassplay_jax.cli.sweep import load_config
   config = load_config(TINY)
   config.reward.name = reward
   config.steps = steps
@@ -111,7 +111,7 @@ def step_then_resume(reward: str, workdir: pathlib.Path, steps: int = 2, kl_coef
     record["step_count"] = session.step_count
     record["loss_after"] = session.reference_loss()
     if eval_every:
-      from compassplay_jax.selfplay import evaluation
+      from compassplay_jax.selfplay import in_loop_eval as evaluation
       static = with_evaluation(tiny_config(reward, steps, kl_coef), eval_every)
       static.eval.engine = "static"
       record["eval_static"] = evaluation.evaluate(static, session.engine, session.params, session.tokenizer,
@@ -130,7 +130,7 @@ def _logged_steps(workdir: pathlib.Path) -> list[int]:
 
 
 def sweep_command(root: pathlib.Path) -> list[str]:
-  return [sys.executable, "-m", "compassplay_jax.sweep", f"--config={TINY}",
+  return [sys.executable, "-m", "compassplay_jax.cli.sweep", f"--config={TINY}",
           f"--rewards={','.join(SWEEP_REWARDS)}", f"--seeds={','.join(map(str, SWEEP_SEEDS))}", f"--root={root}",
           "--set", f"train.kl_coef={KL_COEF}"]
 
@@ -139,7 +139,7 @@ def _sweep_here(root: pathlib.Path) -> tuple[int, str, str]:
   """(exit status, stdout, stderr) of the sweep command run in this process: sweep.main, which the
   command calls (its cells are still `python -m compassplay_jax.main` subprocesses). Saves the
   interpreter start and the imports of a sweep process."""
-  from compassplay_jax import sweep
+  from compassplay_jax.cli import sweep
   out, err = io.StringIO(), io.StringIO()
   cwd = os.getcwd()
   os.chdir(REPO)  # where the command is run from
@@ -154,7 +154,7 @@ def _sweep_here(root: pathlib.Path) -> tuple[int, str, str]:
 def killed_and_resumed_sweep(root: pathlib.Path) -> dict:
   """The sweep killed while its first cell runs step 2, then run again twice (see the module doc). The
   killed sweep is a process of its own (killed with its cell); the two reruns call sweep.main here."""
-  from compassplay_jax import sweep
+  from compassplay_jax.cli import sweep
   first = root / SWEEP_REWARDS[0] / f"seed_{SWEEP_SEEDS[0]}"
   first.mkdir(parents=True)
   (first / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in STALE_LINES))

@@ -89,7 +89,7 @@ def test_chunked_attention_bounds_compiled_temp_memory():
 
 
 def test_run_config_sets_the_chunk_and_scan_layers():
-  from compassplay_jax import config_base, model_setup
+  from compassplay_jax.runtime import config_base, model_setup
   config = config_base.base_config("coding", "tiny")
   assert config.model.attention_query_chunk == ModelConfig().attention_query_chunk == 0
   assert config.model.scan_layers is ModelConfig().scan_layers is False

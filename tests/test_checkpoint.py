@@ -5,7 +5,7 @@ import numpy as np
 import optax
 import pytest
 
-from compassplay_jax.checkpoint import CheckpointError, CheckpointManager
+from compassplay_jax.infra.checkpoint import CheckpointError, CheckpointManager
 
 
 def _state(seed=0):

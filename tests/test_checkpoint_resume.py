@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-from compassplay_jax.checkpoint import CheckpointManager
+from compassplay_jax.infra.checkpoint import CheckpointManager
 from tests import resume_driver
 
 DRIVER = pathlib.Path(__file__).with_name("resume_driver.py")

@@ -1,4 +1,4 @@
-"""Compiling ahead (compassplay_jax/compile_ahead.py): programs compiled on the engine's background thread
+"""Compiling ahead (compassplay_jax/infra/compile_ahead.py): programs compiled on the engine's background thread
 are the ones the later calls run (no compilation at the call), with the same results as without it.
 tests/selfplay_mesh_cases.py checks the same inside a whole coding step, on one device and on three meshes.
 
@@ -64,7 +64,7 @@ def test_programs_compiled_ahead_are_the_ones_the_calls_run(tiny):
 
 
 def test_auto_compiles_ahead_from_eight_cores_and_a_bad_value_names_the_field(monkeypatch):
-  from compassplay_jax import config_base
+  from compassplay_jax.runtime import config_base
   from compassplay_jax.models.config import ConfigError
   config = _config("coding:tiny")
   for cores, want in ((2, False), (7, False), (8, True), (64, True)):

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 from jax._src import monitoring as jax_monitoring
 
-from compassplay_jax import compile_cache
+from compassplay_jax.infra import compile_cache
 
 
 def listener_counts() -> tuple[int, int]:

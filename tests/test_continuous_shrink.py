@@ -9,7 +9,7 @@ from compassplay_jax.models.config import ModelConfig
 from compassplay_jax.models.decoder import init_decoder
 from compassplay_jax.sampling import SamplingConfig
 from compassplay_jax.sampling.continuous import ContinuousEngine
-from compassplay_jax.sampling.engine import Request
+from compassplay_jax.sampling.rollout_engine import Request
 
 
 def test_six_slots_shrink_to_four_and_keep_every_token():

@@ -1,4 +1,4 @@
-"""`python -m compassplay_jax.data fetch` against a fake Hub and a fake GitHub on 127.0.0.1.
+"""`python -m compassplay_jax.cli.data fetch` against a fake Hub and a fake GitHub on 127.0.0.1.
 
 The server serves small files in each source's published layout: GitHub raw files at
 /gh/<owner>/<repo>/<commit>/<path>, Hub dataset files at /datasets/<repo>/resolve/<revision>/<path>
@@ -143,7 +143,7 @@ def fake_server():
 PIN_DRIVER = """
 import dataclasses, json, sys
 from compassplay_jax.data import sources
-from compassplay_jax.data import __main__ as cli
+from compassplay_jax.cli import data as cli
 pins = json.load(open(sys.argv[1]))
 for name, d in list(sources.DATASETS.items()):
   new = {u.sha256: pins.get(f"{u.repo}/{u.path}", "") for u in d.inputs}
@@ -179,7 +179,7 @@ def _fetch(server, data_dir, tmp_path, *args, real_pins=False):
   for name in ("HF_HUB_OFFLINE", "HF_HUB_CACHE", "HF_TOKEN"):
     env.pop(name, None)
   if real_pins:
-    command = [sys.executable, "-m", "compassplay_jax.data"]
+    command = [sys.executable, "-m", "compassplay_jax.cli.data"]
   else:
     pins = tmp_path / "pins.json"
     pins.write_text(json.dumps(served_pins(server)))
@@ -278,7 +278,7 @@ def test_corrupted_file_fails_its_sha256_with_one_line(fake_server, tmp_path):
   assert again.returncode == 1
   lines = again.stderr.strip().splitlines()
   assert len(lines) == 1 and "sha256" in lines[0] and "cruxeval/cruxeval.jsonl" in lines[0]
-  assert "python -m compassplay_jax.data fetch cruxeval" in lines[0]
+  assert "python -m compassplay_jax.cli.data fetch cruxeval" in lines[0]
   assert fake_server.requests == []
   assert "corrupt" in _fetch(fake_server, data, tmp_path, "--list").stdout
 

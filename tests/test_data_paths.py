@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from compassplay_jax import data_checks
+from compassplay_jax.selfplay import data_files as data_checks
 from compassplay_jax.data import paths, sources
 from compassplay_jax.domains.coding.reference_set import resolve_path
 from compassplay_jax.evals import benchmarks
@@ -78,7 +78,7 @@ def test_paper_coding_config_names_the_fetch_command_for_each_missing_file(tmp_p
               "amc23/test.jsonl": "amc23", "gsm8k/test.jsonl": "gsm8k", "minerva_math/test.jsonl": "minerva_math",
               "olympiadbench/test.jsonl": "olympiadbench"}
   for rel, name in expected.items():
-    pattern = re.escape(rel) + r" \([^;]+; python -m compassplay_jax\.data fetch " + name + " --dir "
+    pattern = re.escape(rel) + r" \([^;]+; python -m compassplay_jax\.cli\.data fetch " + name + " --dir "
     assert re.search(pattern, message), (rel, message)
   # Files that exist are not reported.
   (tmp_path / "empty" / "math").mkdir(parents=True)
@@ -115,8 +115,8 @@ def test_fresh_clone_stops_at_start_up_with_the_fetch_command(tmp_path):
   default = tmp_path / "home" / ".cache" / "compassplay" / "data"
   assert last.startswith(f"error: data files missing under {default}: ")
   for name in ("azr_seed", "math", "cruxeval", "lcb_execution"):
-    assert f"python -m compassplay_jax.data fetch {name})" in last
-  assert "Get them all: python -m compassplay_jax.data fetch" in last
+    assert f"python -m compassplay_jax.cli.data fetch {name})" in last
+  assert "Get them all: python -m compassplay_jax.cli.data fetch" in last
   assert not (tmp_path / "home" / ".cache" / "huggingface").exists()  # no model download was attempted
 
 
@@ -143,7 +143,7 @@ def test_paper_configs_pass_the_data_check_on_the_development_data(arg, capsys):
   d3k = SHARED_DATA / "d3k" / "D_3k_prover_dataset.json"
   if arg == "lean" and not d3k.exists():  # SGS's targets are fetched by name only; the copy lacks them
     with pytest.raises(paths.DataMissingError, match=r"d3k/D_3k_prover_dataset\.json \(lean\.targets_path; "
-                       r"python -m compassplay_jax\.data fetch d3k"):
+                       r"python -m compassplay_jax\.cli\.data fetch d3k"):
       data_checks.prepare_config(config)
     config.lean.targets_path = "data:leanworkbook/leanworkbook_train_1k.jsonl"  # the public stand-in
   data_checks.prepare_config(config)
@@ -204,22 +204,22 @@ def test_start_up_refuses_data_files_that_are_not_the_pinned_ones(tmp_path, caps
 
 
 def test_missing_benchmark_file_names_its_fetch_command(tmp_path):
-  with pytest.raises(FileNotFoundError, match=r"python -m compassplay_jax\.data fetch gsm8k --dir "):
+  with pytest.raises(FileNotFoundError, match=r"python -m compassplay_jax\.cli\.data fetch gsm8k --dir "):
     benchmarks.load_benchmark("gsm8k", data_dir=tmp_path)
 
 
 def test_backend_line_counts_the_devices():
   env = xla_env.cpu_env(4)
-  out = subprocess.run([sys.executable, "-c", "from compassplay_jax.backend import describe_backend as d; print(d())"],
+  out = subprocess.run([sys.executable, "-c", "from compassplay_jax.infra.backend import describe_backend as d; print(d())"],
                        env=env, capture_output=True, text=True, timeout=120)
   assert out.stdout.strip() == "backend cpu: 4 devices (4 x cpu)", out.stderr[-1000:]
 
 
 def test_evaluate_reads_the_configs_data_dir(tmp_path):
-  """`python -m compassplay_jax.evaluate` with eval.data_dir = "" reads config.data_dir, not the default."""
+  """`python -m compassplay_jax.cli.evaluate` with eval.data_dir = "" reads config.data_dir, not the default."""
   import json
   import ml_collections
-  from compassplay_jax import evaluate as evaluate_cli
+  from compassplay_jax.cli import evaluate as evaluate_cli
   from compassplay_jax.evals import harness
   fixtures = REPO / "tests" / "fixtures" / "eval"
   eval_config = harness.default_eval_config()

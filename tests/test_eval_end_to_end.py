@@ -12,7 +12,7 @@ FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "eval"
 
 
 def _run(tmp_path, engine: str, budgets: str = "") -> tuple[dict, list[dict]]:
-  from compassplay_jax import evaluate as evaluate_cli  # pylint: disable=g-import-not-at-top
+  from compassplay_jax.cli import evaluate as evaluate_cli  # pylint: disable=g-import-not-at-top
   eval_cfg = harness.default_eval_config()
   eval_cfg.update(benchmarks="all", data_dir=str(FIXTURES), limit=3, max_new_tokens=16, batch_size=8,
                   progress=False, engine=engine, budgets=budgets)
@@ -64,8 +64,8 @@ def test_hosts_get_a_like_mix_of_the_evaluation_queue():
   """engine.dealt_order: hosts take contiguous shares of the queue (distributed.Shares), so the prompts
   are dealt first; the paper's queue puts 2,806 math prompts (16,000-token budgets) after 2,079 code
   ones, and without dealing one v5p host would get all 2,442 remaining math prompts."""
-  from compassplay_jax.distributed import Shares
-  from compassplay_jax.engine import dealt_order
+  from compassplay_jax.infra.distributed import Shares
+  from compassplay_jax.runtime.engine import dealt_order
   n, code = 4885, 2079
   for hosts in (2, 4):
     order = dealt_order(n, hosts)

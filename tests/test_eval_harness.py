@@ -5,7 +5,7 @@ import pathlib
 import ml_collections
 import pytest
 
-from compassplay_jax import evaluate as evaluate_cli
+from compassplay_jax.cli import evaluate as evaluate_cli
 from compassplay_jax.evals import harness
 from compassplay_jax.evals import prompts
 

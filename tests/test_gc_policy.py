@@ -1,4 +1,4 @@
-"""compassplay_jax.gc_policy: full collections become rare, young cycles are still freed at once.
+"""compassplay_jax.infra.gc_policy: full collections become rare, young cycles are still freed at once.
 
 The churn runs in a fresh interpreter: CPython starts a full collection only once the objects made
 since the last one reach a quarter of the old ones, so a pytest worker's large heap would hide the
@@ -8,12 +8,12 @@ import pathlib
 import subprocess
 import sys
 
-from compassplay_jax import gc_policy
+from compassplay_jax.infra import gc_policy
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CHURN = r"""
 import gc, json, sys, weakref
-from compassplay_jax import gc_policy
+from compassplay_jax.infra import gc_policy
 
 class Node:
   def __init__(self):

@@ -1,8 +1,9 @@
-"""Imports point one way: loops -> domains / evals -> engine -> rewards / rl / sampling -> sharding -> models,
-with data/ (the data directory, pinned sources, fetch) at the bottom; and no two modules import each other.
+"""Imports point one way: down the layers below, every top-level part of the package in one of them (a
+new part without a layer fails `test_every_top_level_part_has_a_layer`); and no two modules import
+each other.
 
 Read from the source with ast (imports inside functions count too), so a wrong-way import fails here
-even where it would not create an import cycle.
+even where it would not create an import cycle. docs/architecture.md draws the same table.
 """
 import ast
 import pathlib
@@ -10,60 +11,59 @@ import pathlib
 import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "compassplay_jax"
-# Every top-level part of the package: its folders and its modules.
-PARTS = {p.name.removesuffix(".py") for p in PACKAGE.iterdir()
-         if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.name != "__init__.py")}
 
 
-def everything_but(*allowed: str) -> set[str]:
-  return PARTS - set(allowed)
+def top_level_parts(root: pathlib.Path = PACKAGE) -> set[str]:
+  """Every top-level part: its folders and modules; each built-in setting (settings/<name>/) is a part of
+  its own, and `settings` is the registry (settings/__init__.py) they register with."""
+  parts = {p.name.removesuffix(".py") for p in root.iterdir()
+           if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.name != "__init__.py")}
+  settings = root / "settings"
+  if settings.is_dir():
+    parts |= {f"settings/{p.name}" for p in settings.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+  return parts
 
 
-# Modules above the domains and the evaluation: the loops, the entry points, the run-level data check.
-_ABOVE_DOMAINS = {"selfplay", "settings", "engine", "rl", "sampling", "rewards", "models", "sharding", "microbatch", "reports",
-                  "data_checks", "main", "evaluate", "sweep", "report", "model_setup", "memory_report", "checkpoint"}
+PARTS = top_level_parts()
 
-# module or package (relative to compassplay_jax) -> top-level parts it must not import
-FORBIDDEN = {
-    "models": {"selfplay", "settings", "domains", "evals", "sharding", "engine", "rewards", "rl", "sampling",
-               "verifiers"},
-    "sharding.py": {"selfplay", "settings", "domains", "evals", "rl", "rewards", "sampling", "engine", "verifiers"},
-    "microbatch.py": {"selfplay", "settings", "domains", "evals", "rl", "rewards", "sampling", "engine", "models"},
-    "rewards": {"selfplay", "settings", "domains", "evals", "engine", "verifiers"},
-    "rl": {"selfplay", "settings", "domains", "evals", "engine", "verifiers"},
-    "sampling": {"selfplay", "settings", "domains", "evals", "engine", "verifiers"},
-    "engine.py": {"selfplay", "settings", "domains", "evals", "verifiers"},
-    "lean_syntax": {"selfplay", "settings", "domains", "evals", "verifiers", "rewards"},
-    "verifiers": {"selfplay", "settings", "domains", "evals"},
-    "config_base.py": {"selfplay", "domains", "evals"},
-    "errors.py": {"*"},
-    "gc_policy.py": {"*"},
-    "tensorboard_events.py": {"*"},
-    "preemption.py": {"*"},  # the run loop's SIGTERM flag and multi-process sync point: jax only
-    "profiling.py": {"selfplay", "domains", "evals", "engine", "rl", "rewards", "sampling", "verifiers", "sharding"},
-    "jsonl.py": {"selfplay", "domains", "evals", "rl", "rewards", "sampling", "engine", "models", "sharding"},
-    "model_setup.py": {"selfplay", "domains", "evals"},
-    "evaluate.py": {"selfplay"},
-    # The bottom layer: the data directory, pinned sources, converters and the fetch know no loader, config
-    # or setting (which files a run needs and how to read them back is data_checks.py's job).
-    "data": everything_but("data", "errors", "jsonl"),
-    "evals": _ABOVE_DOMAINS,
-    "domains": _ABOVE_DOMAINS | {"evals"},
-    # The loops and the settings they run: below the entry points only.
-    "selfplay": {"main", "evaluate", "sweep", "report", "memory_report"},
-    "settings": {"main", "evaluate", "sweep", "report", "memory_report"},
-}
+# Top to bottom: a part may import the parts of the layers below its own, never one above and never
+# another part of its own layer.
+LAYERS = [
+    ("entry points: the main command, the other commands, the models of cost", {"main", "cli", "costs"}),
+    ("reports over runs' outputs", {"reports"}),
+    ("the settings, one package each, found by name", {"settings/coding", "settings/lean"}),
+    ("the self-play loop: step, session, run, the run's data files", {"selfplay"}),
+    ("evaluation on benchmarks", {"evals"}),
+    ("the domains' task libraries", {"domains"}),
+    ("verifiers: the Python sandbox, the Lean checkers", {"verifiers"}),
+    ("what a run is built from: base config, model setup, the engine", {"runtime"}),
+    ("device math: rewards, RL, sampling", {"rewards", "rl", "sampling"}),
+    ("the setting registry (settings/__init__.py)", {"settings"}),
+    ("Lean syntax", {"lean_syntax"}),
+    ("infrastructure: sharding, processes, checkpoints, compiles, metrics, profiling", {"infra"}),
+    ("models: configs, decoder, loading", {"models"}),
+    ("the data directory, pinned sources, fetch", {"data"}),
+    ("core: errors, JSON lines", {"core"}),
+]
+LAYER_OF = {part: i for i, (_, members) in enumerate(LAYERS) for part in members}
 
-# What runs any registered setting: none imports a built-in setting's package or compares
-# config.setting with a name; they ask the registry (compassplay_jax/settings).
-SETTING_BLIND = ("selfplay", "reports", "data_checks.py", "config_base.py", "main.py", "report.py", "sweep.py")
+# Command-line entry points (`python -m ...`): nothing in the package imports them.
+ENTRY_POINTS = ("main", "cli")
 
-# Command-line entry points (`python -m ...`) that nothing imports: exempt from their folder's rule, held
-# to their own. data/__main__.py hands the loaders (data_checks.read_back) to the fetch.
-ENTRY_POINTS = {
-    "data/__main__.py": everything_but("data", "errors", "jsonl", "data_checks"),
-}
 
+def unlayered(root: pathlib.Path = PACKAGE) -> set[str]:
+  """Top-level parts under `root` that no layer names."""
+  return top_level_parts(root) - set(LAYER_OF)
+
+
+def test_every_top_level_part_has_a_layer(tmp_path):
+  assert unlayered() == set(), "give these parts a layer in LAYERS"
+  assert set(LAYER_OF) == PARTS, f"layers name parts that do not exist: {set(LAYER_OF) - PARTS}"
+  # A new part without a layer is caught: a module, a folder, a setting.
+  for name in ("main.py", "new_module.py", "newpkg/__init__.py", "settings/__init__.py", "settings/maths/__init__.py"):
+    (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / name).write_text("")
+  assert unlayered(tmp_path) == {"new_module", "newpkg", "settings/maths"}
 
 
 def _imported_names(tree: ast.AST, path) -> list[str]:
@@ -78,48 +78,58 @@ def _imported_names(tree: ast.AST, path) -> list[str]:
   return names
 
 
+def part_of_name(name: str) -> str | None:
+  """The top-level part a dotted compassplay_jax name belongs to (settings.<name> is its own part)."""
+  bits = name.split(".")
+  if bits[0] != "compassplay_jax" or len(bits) < 2:
+    return None
+  if bits[1] == "settings" and len(bits) > 2 and (PACKAGE / "settings" / bits[2]).is_dir():
+    return f"settings/{bits[2]}"
+  return bits[1]
+
+
 def imported_parts(path: pathlib.Path) -> set[str]:
   """compassplay_jax.<part> for every import in the file (absolute imports only; the package uses no others)."""
-  parts = set()
-  for name in _imported_names(ast.parse(path.read_text(), str(path)), path):
-    bits = name.split(".")
-    if bits[0] == "compassplay_jax" and len(bits) > 1:
-      parts.add(bits[1])
-  return parts
+  names = _imported_names(ast.parse(path.read_text(), str(path)), path)
+  return {part for part in map(part_of_name, names) if part}
 
 
-def files_of(place: str) -> list[pathlib.Path]:
-  target = PACKAGE / place
-  files = sorted(target.rglob("*.py")) if target.is_dir() else [target]
-  return [f for f in files if str(f.relative_to(PACKAGE)) not in ENTRY_POINTS]
+def part_of_file(path: pathlib.Path) -> str:
+  rel = path.relative_to(PACKAGE).parts
+  if rel[0] == "settings" and len(rel) > 2:
+    return f"settings/{rel[1]}"
+  return rel[0].removesuffix(".py")
 
 
-def _violations(place: str, files, forbidden) -> list[str]:
-  bad = []
-  own = place.split("/")[0].removesuffix(".py")
-  for f in files:
-    found = imported_parts(f) - {own}
-    hit = found if forbidden == {"*"} else found & forbidden
-    bad += [f"{f.relative_to(PACKAGE)} imports compassplay_jax.{p}" for p in sorted(hit)]
-  return bad
+def files_of(part: str) -> list[pathlib.Path]:
+  if part == "settings":
+    return [PACKAGE / "settings" / "__init__.py"]
+  target = PACKAGE / part
+  return sorted(target.rglob("*.py")) if target.is_dir() else [PACKAGE / f"{part}.py"]
 
 
-@pytest.mark.parametrize("place", sorted(FORBIDDEN))
-def test_no_wrong_way_imports(place):
-  files = files_of(place)
-  assert files and all(f.exists() for f in files), place
-  bad = _violations(place, files, FORBIDDEN[place])
+@pytest.mark.parametrize("part", sorted(PARTS))
+def test_imports_point_down(part):
+  files = files_of(part)
+  assert files and all(f.exists() for f in files), part
+  own = LAYER_OF[part]
+  bad = [f"{f.relative_to(PACKAGE)} imports compassplay_jax.{p.replace('/', '.')} "
+         f"({LAYERS[LAYER_OF[p]][0]}, from {LAYERS[own][0]})"
+         for f in files for p in sorted(imported_parts(f) - {part}) if LAYER_OF.get(p, -1) <= own]
   assert not bad, "\n".join(bad)
 
 
-@pytest.mark.parametrize("entry", sorted(ENTRY_POINTS))
-def test_entry_points_import_only_what_they_may_and_nothing_imports_them(entry):
-  path = PACKAGE / entry
-  bad = _violations(entry, [path], ENTRY_POINTS[entry])
-  assert not bad, "\n".join(bad)
-  module = "compassplay_jax." + entry.removesuffix(".py").replace("/", ".")
-  importers = sorted(m for m, targets in import_graph().items() if module in targets)
-  assert importers == [], f"{module} is an entry point, but {importers} import it"
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_nothing_in_the_package_imports_an_entry_point(entry):
+  importers = sorted(m for m, targets in import_graph().items()
+                     if any(t == f"compassplay_jax.{entry}" or t.startswith(f"compassplay_jax.{entry}.") for t in targets)
+                     and not (m == f"compassplay_jax.{entry}" or m.startswith(f"compassplay_jax.{entry}.")))
+  assert importers == [], f"compassplay_jax.{entry} is an entry point, but {importers} import it"
+
+
+# What runs any registered setting: none imports a built-in setting's package or compares
+# config.setting with a name; they ask the registry (compassplay_jax/settings).
+SETTING_BLIND = ("selfplay", "reports", "runtime", "main", "cli")
 
 
 @pytest.mark.parametrize("place", SETTING_BLIND)
@@ -143,6 +153,8 @@ def test_the_checker_sees_imports_inside_functions(tmp_path):
   f = tmp_path / "m.py"
   f.write_text("def g():\n  from compassplay_jax.selfplay import run\n  import compassplay_jax.domains.lean\n")
   assert imported_parts(f) == {"selfplay", "domains"}
+  f.write_text("from compassplay_jax.settings import coding, get\nimport compassplay_jax.settings.lean.setting\n")
+  assert imported_parts(f) == {"settings", "settings/coding", "settings/lean"}
 
 
 # ---- import cycles ---------------------------------------------------------------------------------------
@@ -222,7 +234,7 @@ def test_no_import_cycles_between_modules():
 _OLD_CIRCLES = [
     ("data/checks.py", "compassplay_jax.data.fetch", "data/fetch.py", "compassplay_jax.data.checks"),
     ("data/paths.py", "compassplay_jax.evals.benchmarks", "evals/benchmarks.py", "compassplay_jax.data.paths"),
-    ("sampling/continuous.py", "compassplay_jax.sampling.engine", "sampling/engine.py",
+    ("sampling/continuous.py", "compassplay_jax.sampling.factory", "sampling/factory.py",
      "compassplay_jax.sampling.continuous"),
     ("selfplay/session.py", "compassplay_jax.selfplay.run", "selfplay/run.py", "compassplay_jax.selfplay.session"),
 ]

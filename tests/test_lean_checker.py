@@ -202,7 +202,7 @@ def test_the_lean_loop_re_queues_system_errors_and_counts_them():
 # --- config.lean.checker ---------------------------------------------------------------------------
 
 def lean_config(**overrides):
-  from compassplay_jax import config_base
+  from compassplay_jax.runtime import config_base
   lean = config_base.base_config("lean", "tiny").lean
   lean.command = f"{sys.executable} {FAKE_REPL}"
   lean.update(overrides)

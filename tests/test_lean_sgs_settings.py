@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from compassplay_jax import config_base
-from compassplay_jax import sharding as sh
+from compassplay_jax.runtime import config_base
+from compassplay_jax.infra import sharding as sh
 from compassplay_jax.domains.lean.extraction import extract_proof_body
-from compassplay_jax.engine import Engine, EngineSettings
+from compassplay_jax.runtime.engine import Engine, EngineSettings
 from compassplay_jax.models.config import ConfigError, ModelConfig
 from compassplay_jax.models.decoder import init_decoder
 from compassplay_jax.rl import optim

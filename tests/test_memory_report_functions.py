@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from compassplay_jax import memory_report as mr
-from compassplay_jax import sharding as sh
-from compassplay_jax.engine import Engine, EngineSettings
+from compassplay_jax.costs import memory_report as mr
+from compassplay_jax.infra import sharding as sh
+from compassplay_jax.runtime.engine import Engine, EngineSettings
 from compassplay_jax.models.decoder import init_decoder
 from compassplay_jax.rl.train_step import TrainConfig
 
@@ -158,7 +158,7 @@ def test_small_variants_keep_a_one_device_mesh(config_file):
 def test_update_with_engine_adds_the_cache_and_the_weight_copy_by_hand():
   """The engine-alive peak of the update: the train row's peak + half of what the params and optimizer
   state leave free (the engine's default KV budget) + the bf16 weights over one host's sampler devices."""
-  from compassplay_jax import memory_report as mr
+  from compassplay_jax.costs import memory_report as mr
   cfg = mr.PAPER_MODELS["qwen2.5-coder-7b"]
   # Qwen2.5-Coder-7B: 7.615616512e9 weights (its config.json's layout, tied=False, q/k/v biases).
   assert mr._param_count(cfg) == 7_615_616_512  # pylint: disable=protected-access

@@ -66,7 +66,7 @@ def _records(workdir):
 
 def _params(*checkpoints):
   """The saved params of each (workdir, step), restored into one abstract tree (the model is built once)."""
-  from compassplay_jax.model_setup import build_model, restore_params
+  from compassplay_jax.runtime.model_setup import build_model, restore_params
   from tests.test_selfplay import _config
   model, _ = build_model(_config("coding:tiny"))
   target = nnx.split(model)[1]

@@ -15,7 +15,7 @@ from compassplay_jax.models.loading import load_hf_model
 from compassplay_jax.sampling import SamplingConfig
 from compassplay_jax.sampling import paged_kernels as pk
 from compassplay_jax.sampling.continuous import ContinuousEngine
-from compassplay_jax.sampling.engine import Request
+from compassplay_jax.sampling.rollout_engine import Request
 from compassplay_jax.sampling.paged_slots import decode_step_bytes, page_bucket
 
 CFG = ModelConfig(vocab_size=61, hidden_size=32, intermediate_size=40, num_attention_heads=4, num_key_value_heads=2)

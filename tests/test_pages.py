@@ -107,7 +107,7 @@ def test_errors():
 
 
 def test_paged_budget_gives_more_slots_where_rows_are_short():
-  from compassplay_jax.memory_report import PAPER_MODELS
+  from compassplay_jax.costs.memory_report import PAPER_MODELS
   cfg = PAPER_MODELS["qwen2.5-coder-7b"].replace(dtype="bfloat16")
   budget, bucket, new = 40 << 30, 2048, 8096
   dense = batching.slots_for_budget(cfg, 16384, "bfloat16", budget, bucket)

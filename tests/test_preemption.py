@@ -1,5 +1,5 @@
 """Preemption: SIGTERM during a run saves the step it is in, says so in one line and exits 143; the
-rerun of the same command continues bit for bit (compassplay_jax/preemption.py, docs/training.md).
+rerun of the same command continues bit for bit (compassplay_jax/infra/preemption.py, docs/training.md).
 
 The run is the real command line (`python -m compassplay_jax.main`, in this process: tests/main_in_process.py)
 on the shared runs' config (tests/shared_runs.py) with 3 steps and checkpoints every 100 steps, so
@@ -13,7 +13,7 @@ import signal
 import numpy as np
 import pytest
 
-from compassplay_jax.checkpoint import CheckpointManager
+from compassplay_jax.infra.checkpoint import CheckpointManager
 from tests.main_in_process import run_main_output
 from tests.test_selfplay import _MACHINE_METRICS, _state_at
 
@@ -88,7 +88,7 @@ def test_sigterm_saves_the_step_and_the_rerun_matches_a_straight_run(coding_tiny
 def test_the_handler_only_records_the_signal_and_is_put_back():
   """One process: a SIGTERM sets the flag (should_stop), a second goes to the previous handler, close
   restores it; nothing is asked of the multi-process sync point."""
-  from compassplay_jax import preemption
+  from compassplay_jax.infra import preemption
   calls = []
   previous = signal.signal(signal.SIGTERM, lambda signum, frame: calls.append(signum))
   try:

@@ -1,4 +1,4 @@
-"""compassplay_jax/profiling.py: device traces of chosen steps and the table of where their time went.
+"""compassplay_jax/infra/profiling.py: device traces of chosen steps and the table of where their time went.
 
 The Session-level check (step 2 of a coding:tiny run traced, its programs named) is in
 tests/test_session.py on the difficulty run; here: the table against a hand-made trace summed by a
@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from compassplay_jax import profiling
-from compassplay_jax.errors import InputFormatError, InputNotFound
+from compassplay_jax.infra import profiling
+from compassplay_jax.core.errors import InputFormatError, InputNotFound
 from compassplay_jax.models.config import ConfigError
 
 
@@ -92,7 +92,7 @@ def test_bad_steps_and_bad_files_are_one_line_errors(tmp_path):
 
 
 def test_the_config_check_names_the_profile_field():
-  from compassplay_jax import config_base
+  from compassplay_jax.runtime import config_base
   from tests.shared_runs import tiny_config
   config = tiny_config()
   assert config.profile.steps == "" and config.profile.dir == ""

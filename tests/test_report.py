@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from compassplay_jax import report
+from compassplay_jax.cli import report
 from compassplay_jax.evals import report as eval_report
 from compassplay_jax.reports import paper_columns
 

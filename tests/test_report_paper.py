@@ -12,7 +12,7 @@ import statistics
 
 import pytest
 
-from compassplay_jax import report
+from compassplay_jax.cli import report
 from compassplay_jax.reports import paper_columns
 
 IN_DOMAIN = list(paper_columns.IN_DOMAIN_COLUMNS)  # LCB, CRUXEval-I, CRUXEval-O

@@ -9,7 +9,9 @@ from compassplay_jax.models.config import ModelConfig
 from compassplay_jax.models.decoder import init_decoder
 from compassplay_jax.sampling import SamplingConfig, generate
 from compassplay_jax.sampling.continuous import ContinuousEngine
-from compassplay_jax.sampling.engine import Request, RolloutEngine, StaticEngine, make_engine
+from compassplay_jax.sampling.rollout_engine import Request, RolloutEngine
+from compassplay_jax.sampling.static_engine import StaticEngine
+from compassplay_jax.sampling.factory import make_engine
 from tests.engines import one_device_engine
 
 CFG = ModelConfig(vocab_size=89, hidden_size=32, intermediate_size=48)
@@ -151,11 +153,12 @@ def test_an_engine_plugged_into_the_loop_is_used_without_loop_changes(tiny_loop)
   np.testing.assert_array_equal(got.tokens[0], want.tokens[0])
 
 
-def test_seam_names_importable_from_sampling_engine():
-  """The seam lives in rollout_engine.py (so continuous.py need not import engine.py); callers'
-  `from compassplay_jax.sampling.engine import Request, RolloutEngine, ...` keeps working."""
-  from compassplay_jax.sampling import continuous, engine, rollout_engine
-  assert engine.RolloutEngine is rollout_engine.RolloutEngine and engine.Request is rollout_engine.Request
-  assert engine.as_requests is rollout_engine.as_requests and engine.ContinuousEngine is continuous.ContinuousEngine
+def test_engines_by_name_implement_the_seam():
+  """The seam lives in rollout_engine.py (so continuous.py and static_engine.py need not import the
+  factory); factory.make_engine picks an engine by name and names the known ones otherwise."""
+  from compassplay_jax.sampling import factory, rollout_engine
+  assert factory.ENGINES == ("static", "continuous", "vllm")
   assert issubclass(ContinuousEngine, RolloutEngine) and issubclass(StaticEngine, RolloutEngine)
-  assert engine.as_requests([[1, 2], "hi"]) == [Request([1, 2]), Request("hi")]
+  assert rollout_engine.as_requests([[1, 2], "hi"]) == [Request([1, 2]), Request("hi")]
+  with pytest.raises(ValueError, match="is not one of"):
+    factory.make_engine("sglang", None, None)

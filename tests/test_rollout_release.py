@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from compassplay_jax import sharding as sh
-from compassplay_jax.engine import Engine, EngineSettings
+from compassplay_jax.infra import sharding as sh
+from compassplay_jax.runtime.engine import Engine, EngineSettings
 from compassplay_jax.models.config import ModelConfig
 from compassplay_jax.models.decoder import init_decoder
 from compassplay_jax.rl.train_step import TrainConfig
 from compassplay_jax.sampling import SamplingConfig
-from compassplay_jax.sampling.engine import Request
+from compassplay_jax.sampling.rollout_engine import Request
 
 
 def _live_bytes() -> int:

@@ -12,7 +12,7 @@ from compassplay_jax.models.loading import load_hf_model
 from compassplay_jax.sampling import SamplingConfig, batching, generate
 from compassplay_jax.sampling import slots as slots_lib
 from compassplay_jax.sampling.continuous import ContinuousEngine
-from compassplay_jax.sampling.engine import Request
+from compassplay_jax.sampling.rollout_engine import Request
 from tests.hf_fixtures import left_pad, save_tiny_hf_model
 
 torch = pytest.importorskip("torch")

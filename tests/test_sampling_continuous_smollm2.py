@@ -8,7 +8,7 @@ from flax import nnx
 from compassplay_jax.models.tokenizer import eos_token_ids
 from compassplay_jax.sampling import SamplingConfig, build_prompt
 from compassplay_jax.sampling.continuous import ContinuousEngine
-from compassplay_jax.sampling.engine import Request
+from compassplay_jax.sampling.rollout_engine import Request
 from compassplay_jax.sampling.prompts import encode_prompts
 from tests.test_sampling_smollm2 import _spanning_stop
 

@@ -15,7 +15,8 @@ from compassplay_jax.models.config import ModelConfig
 from compassplay_jax.models.decoder import init_decoder
 from compassplay_jax.sampling import SamplingConfig, batching, decode, generate
 from compassplay_jax.sampling.continuous import ContinuousEngine
-from compassplay_jax.sampling.engine import Request, StaticEngine
+from compassplay_jax.sampling.rollout_engine import Request
+from compassplay_jax.sampling.static_engine import StaticEngine
 
 CFG = ModelConfig(vocab_size=89, hidden_size=32, intermediate_size=48)
 PROMPTS = [[5, 17, 3, 9, 22], [11, 4, 61], [7, 7, 30, 12, 50, 19, 2], [8, 1], [40, 41, 42], [9, 9, 9, 9]]
@@ -134,7 +135,7 @@ def _paper_config():
 def test_a_6000_token_prompt_goes_through_the_paper_sampler_settings(engine_name):
   """AZR keeps prompts of up to 6144 tokens; the largest default bucket was 4096, so such a prompt
   raised 'longer than the largest bucket'. Tiny model, the paper's sampling block otherwise."""
-  from compassplay_jax.model_setup import build_model
+  from compassplay_jax.runtime.model_setup import build_model
   from compassplay_jax.selfplay import rollout
   from tests.engines import one_device_engine
   config = _paper_config()
@@ -193,7 +194,7 @@ def test_slots_per_device_from_the_budget_and_split_kv_heads():
 
 
 def test_the_run_engine_builds_the_continuous_engine_with_budget_slots():
-  from compassplay_jax.model_setup import build_model
+  from compassplay_jax.runtime.model_setup import build_model
   from tests.engines import one_device_engine
   config = _paper_config()
   config.model.path = "tiny"

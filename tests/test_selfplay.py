@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from compassplay_jax.checkpoint import CheckpointManager
+from compassplay_jax.infra.checkpoint import CheckpointManager
 from compassplay_jax.selfplay.run import build_model, run
 from tests.main_in_process import run_main
 

@@ -18,7 +18,7 @@ def test_steps_one_at_a_time_then_resume(tmp_path, request, reward):
     runs = request.getfixturevalue("coding_tiny_runs")
     workdir, record = runs.straight, runs.session
   else:
-    # Step 2 traced (config.profile.steps): compassplay_jax/profiling.py's Session-level check.
+    # Step 2 traced (config.profile.steps): compassplay_jax/infra/profiling.py's Session-level check.
     # It also evaluates at step 2 (shared_runs.with_evaluation), then again through the static sampler.
     workdir, record = tmp_path, shared_runs.step_then_resume(reward, tmp_path, profile_steps="2", eval_every=2)
   assert record["start"] == 0
@@ -42,7 +42,7 @@ def test_steps_one_at_a_time_then_resume(tmp_path, request, reward):
     _evaluation_went_through_the_continuous_engine(workdir, record)
     # One trace (step 2's, not the resumed step 3's), holding the step's own programs by name: the
     # continuous engine's decode and the bucketed update's accumulate.
-    from compassplay_jax import profiling
+    from compassplay_jax.infra import profiling
     traces = list((workdir / "profile").rglob(profiling.PERFETTO_FILE))
     assert len(traces) == 1, traces
     programs = dict(profiling.program_totals(profiling.summarize(traces[0])))

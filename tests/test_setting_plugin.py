@@ -14,7 +14,9 @@ import ml_collections
 import numpy as np
 import pytest
 
-from compassplay_jax import config_base, report, settings
+from compassplay_jax import settings
+from compassplay_jax.runtime import config_base
+from compassplay_jax.cli import report
 from compassplay_jax.models.config import ConfigError
 from compassplay_jax.rewards.proposer_rewards import in_band
 from compassplay_jax.sampling.generate import GenerationResult

@@ -9,8 +9,8 @@ import pytest
 from jax.sharding import AbstractMesh
 from jax.sharding import PartitionSpec as P
 
-from compassplay_jax import sharding as sh
-from compassplay_jax.memory_report import PAPER_MODELS
+from compassplay_jax.infra import sharding as sh
+from compassplay_jax.costs.memory_report import PAPER_MODELS
 from compassplay_jax.models import hf_io
 
 

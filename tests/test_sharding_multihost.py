@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from compassplay_jax import distributed
+from compassplay_jax.infra import distributed
 from tests import xla_env
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from compassplay_jax import sharding as sh
-from compassplay_jax.engine import Engine, EngineSettings
+from compassplay_jax.infra import sharding as sh
+from compassplay_jax.runtime.engine import Engine, EngineSettings
 from compassplay_jax.models.config import ModelConfig
 from compassplay_jax.models.decoder import init_decoder
 from compassplay_jax.rewards.proposer_rewards import AZR_CODE

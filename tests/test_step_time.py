@@ -1,4 +1,4 @@
-"""The step-time model (compassplay_jax/step_time_model.py) and experiments/step_time.py.
+"""The step-time model (compassplay_jax/costs/step_time_model.py) and experiments/step_time.py.
 
 Decode schedules against a naive step-by-step simulation; call counts against the loops' own
 batching; the loop-free premise of experiments/step_time.py (XLA counts a loop body once) against
@@ -14,8 +14,8 @@ import sys
 import numpy as np
 import pytest
 
-from compassplay_jax import step_time_model as stm
-from compassplay_jax.sweep import load_config
+from compassplay_jax.costs import step_time_model as stm
+from compassplay_jax.cli.sweep import load_config
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -197,8 +197,8 @@ def test_packed_update_share_of_equal_lengths():
 def test_reward_micro_batch_is_the_engines():
   """The plan's rows per g_ref / cosine pass are what engine.Engine.reward_micro_batch returns."""
   import jax
-  from compassplay_jax import memory_report as mr
-  from compassplay_jax import sharding as sh
+  from compassplay_jax.costs import memory_report as mr
+  from compassplay_jax.infra import sharding as sh
   cfg, work = mr.tiny_workload()
   engine, _ = mr.workload_engine(cfg, sh.make_mesh((1, 1, 1), jax.devices()[:1]), dataclasses.replace(
       work, reward_micro_batch=3))
@@ -213,8 +213,8 @@ def test_xla_counts_a_loop_body_once():
   only while XLA's cost analysis counts a scanned micro-batch once. If this fails (XLA multiplies by
   trip counts), the units would be counted twice over."""
   import jax
-  from compassplay_jax import memory_report as mr
-  from compassplay_jax import sharding as sh
+  from compassplay_jax.costs import memory_report as mr
+  from compassplay_jax.infra import sharding as sh
   cfg, work = mr.tiny_workload()
   mesh = sh.make_mesh((1, 1, 1), jax.devices()[:1])
 

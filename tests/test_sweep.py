@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from compassplay_jax import sweep
-from compassplay_jax import report
+from compassplay_jax.cli import sweep
+from compassplay_jax.cli import report
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TINY = f"{REPO}/configs/coding.py:tiny"

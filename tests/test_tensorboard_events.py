@@ -12,8 +12,8 @@ import pytest
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.compat.tensorflow_stub import pywrap_tensorflow
 
-from compassplay_jax import tensorboard_events
-from compassplay_jax.metrics import MetricsWriter
+from compassplay_jax.infra import tensorboard_events
+from compassplay_jax.infra.metrics import MetricsWriter
 
 
 def _scalars(logdir):
@@ -58,7 +58,7 @@ def test_a_corrupted_record_is_refused_by_tensorboards_reader(tmp_path):
 
 
 def test_starting_a_run_does_not_import_torch():
-  code = ("import sys, tempfile; from compassplay_jax.metrics import MetricsWriter; "
+  code = ("import sys, tempfile; from compassplay_jax.infra.metrics import MetricsWriter; "
           "w = MetricsWriter(tempfile.mkdtemp()); w.write(1, {'a': 1.0}); w.close(); "
           "print('torch' in sys.modules)")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

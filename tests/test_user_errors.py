@@ -5,15 +5,15 @@ import sys
 
 import pytest
 
-from compassplay_jax import errors
-from compassplay_jax.checkpoint import CheckpointError
+from compassplay_jax.core import errors
+from compassplay_jax.infra.checkpoint import CheckpointError
 from compassplay_jax.data.paths import DataMissingError
-from compassplay_jax.distributed import DistributedError
+from compassplay_jax.infra.distributed import DistributedError
 from compassplay_jax.models.config import ConfigError
 from compassplay_jax.models.hub import HubModelError
 from compassplay_jax.models.safetensors_io import CheckpointError as WeightsError
 from compassplay_jax.domains.coding.reference_set import ReferenceSetError
-from compassplay_jax.sharding import ShardingError
+from compassplay_jax.infra.sharding import ShardingError
 from compassplay_jax.verifiers.lean_repl import LeanSetupError
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

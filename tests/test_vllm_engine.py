@@ -15,7 +15,9 @@ import pytest
 from flax import nnx
 
 from compassplay_jax.sampling import SamplingConfig, build_prompt
-from compassplay_jax.sampling.engine import Request, StaticEngine, make_engine
+from compassplay_jax.sampling.rollout_engine import Request
+from compassplay_jax.sampling.static_engine import StaticEngine
+from compassplay_jax.sampling.factory import make_engine
 from compassplay_jax.sampling.vllm_engine import find_vllm_python, row_seeds
 
 # CI's vLLM step sets COMPASSPLAY_REQUIRE_VLLM=1: there a missing venv fails the tests (the engine cannot

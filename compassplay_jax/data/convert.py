@@ -14,8 +14,8 @@ import random
 import zlib
 from typing import Callable, Iterable, Iterator, Mapping
 
-from compassplay_jax import jsonl
-from compassplay_jax.errors import UserError
+from compassplay_jax.core import jsonl
+from compassplay_jax.core.errors import UserError
 
 Raw = Mapping[str, pathlib.Path]
 Converter = Callable[[Raw], dict[str, str | bytes]]

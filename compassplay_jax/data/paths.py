@@ -3,18 +3,18 @@
 One setting decides it: config.data_dir, else $COMPASSPLAY_DATA, else a per-user cache directory
 ($XDG_CACHE_HOME/compassplay/data, by default ~/.cache/compassplay/data). Config paths written
 "data:<relpath>" are files under it. Which files a run needs, and the start-up check that they are
-there, live above this layer (compassplay_jax/data_checks.py), beside the loaders that read them.
+there, live above this layer (compassplay_jax/selfplay/data_files.py), beside the loaders that read them.
 """
 from __future__ import annotations
 
 import os
 import pathlib
 
-from compassplay_jax.errors import UserError
+from compassplay_jax.core.errors import UserError
 
 ENV = "COMPASSPLAY_DATA"
 PREFIX = "data:"
-FETCH = "python -m compassplay_jax.data fetch"
+FETCH = "python -m compassplay_jax.cli.data fetch"
 
 
 class DataMissingError(UserError, FileNotFoundError):

@@ -7,7 +7,7 @@ loaders read (docs/data.md lists the sets, their sources and output files).
 Pins. Every upstream file is read at a commit and carries the sha256 of its published bytes
 (`Upstream.sha256`), checked on every download. Every output file whose bytes are known here carries
 its sha256 too (`DataSet.output_sha256`), checked on every fetch and before a run reads it
-(compassplay_jax/data_checks.py). Each value's comment says what it covers and where it was read.
+(compassplay_jax/selfplay/data_files.py). Each value's comment says what it covers and where it was read.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Benchmark registry and loaders for the evaluation harness.
 
 Every loader reads a local file (nothing is downloaded here) and returns a list of `EvalItem`s. The files
-live in the data directory, laid out and converted by `python -m compassplay_jax.data fetch` (docs/data.md):
+live in the data directory, laid out and converted by `python -m compassplay_jax.cli.data fetch` (docs/data.md):
 CRUXEval jsonl, LiveCodeBench-Execution jsonl, a LiveCodeBench code-generation json list, and the math jsonl
 files, whose question and answer fields differ per set.
 """
@@ -15,8 +15,8 @@ import subprocess
 import sys
 from typing import Callable
 
-from compassplay_jax import jsonl
-from compassplay_jax.errors import InputNotFound, UserError
+from compassplay_jax.core import jsonl
+from compassplay_jax.core.errors import InputNotFound, UserError
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 

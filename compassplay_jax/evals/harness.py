@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 import ml_collections
 import tqdm
 
-from compassplay_jax.config_base import DEFAULT_BENCHMARKS, eval_config  # noqa: F401
+from compassplay_jax.runtime.config_base import DEFAULT_BENCHMARKS, eval_config  # noqa: F401
 from compassplay_jax.evals import benchmarks as benchmarks_lib
 from compassplay_jax.evals import code_check
 from compassplay_jax.evals import prompts

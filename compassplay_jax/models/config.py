@@ -10,7 +10,7 @@ import json
 import pathlib
 from typing import Any
 
-from compassplay_jax.errors import UserError
+from compassplay_jax.core.errors import UserError
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
 SUPPORTED_ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")

@@ -16,7 +16,7 @@ import re
 import numpy as np
 from flax import nnx
 
-from compassplay_jax.errors import InputNotFound
+from compassplay_jax.core.errors import InputNotFound
 from compassplay_jax.models import gguf_metadata
 from compassplay_jax.models.config import ModelConfig
 from compassplay_jax.models.safetensors_io import CheckpointError

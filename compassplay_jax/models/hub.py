@@ -13,7 +13,7 @@ from __future__ import annotations
 import pathlib
 import re
 
-from compassplay_jax.errors import UserError
+from compassplay_jax.core.errors import UserError
 
 # What load_model reads: config, weights (single file or sharded with an index), tokenizer files,
 # generation config. Everything else in a model repo (other formats, READMEs, images) is skipped.

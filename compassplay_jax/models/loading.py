@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from flax import nnx
 
-from compassplay_jax.errors import InputNotFound
+from compassplay_jax.core.errors import InputNotFound
 from compassplay_jax.models.config import ModelConfig
 from compassplay_jax.models.decoder import Decoder
 

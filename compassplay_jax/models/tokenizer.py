@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pathlib
 
-from compassplay_jax.errors import InputNotFound
+from compassplay_jax.core.errors import InputNotFound
 
 
 def ensure_pad_token(tokenizer):

@@ -10,7 +10,7 @@ import numpy as np
 
 from compassplay_jax.evals import report as eval_report
 from compassplay_jax.evals.benchmarks import BENCHMARKS
-from compassplay_jax.metrics import read_metrics
+from compassplay_jax.infra.metrics import read_metrics
 from compassplay_jax.reports import paper_columns
 
 SWEEP_FILE = "sweep.json"

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from compassplay_jax import microbatch
+from compassplay_jax.infra import microbatch
 from compassplay_jax.rewards.cosines_direct import direct_stats, tree_vdot
 from compassplay_jax.rewards.cosines_fused import FusedConfig, fused_stats
 from compassplay_jax.rewards.losses import token_counts

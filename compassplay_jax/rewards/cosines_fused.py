@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from compassplay_jax import microbatch
+from compassplay_jax.infra import microbatch
 from compassplay_jax.models.decoder import model_config
 from compassplay_jax.models.tree_paths import path_str
 from compassplay_jax.models.ops import LayerOps

@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from compassplay_jax import microbatch
+from compassplay_jax.infra import microbatch
 from compassplay_jax.rewards.losses import per_sequence_loss, token_counts
 
 # Arguments that `jax.jit` must treat as static (hashable Python values).

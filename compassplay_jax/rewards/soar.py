@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from compassplay_jax import microbatch
+from compassplay_jax.infra import microbatch
 from compassplay_jax.rewards.losses import per_sequence_loss, token_counts
 from compassplay_jax.rewards.reference import reference_loss_and_gradient
 

@@ -17,8 +17,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from compassplay_jax import microbatch
-from compassplay_jax import sharding as sh
+from compassplay_jax.infra import microbatch
+from compassplay_jax.infra import sharding as sh
 from compassplay_jax.rl import losses, optim
 
 AGGREGATIONS = ("token_mean", "microbatch_token_mean")

@@ -399,7 +399,10 @@ class ContinuousEngine(RolloutEngine):
       num_pages = self.num_pages or num_pages
     if num_pages - 1 < row_pages:
       raise ValueError(f"a pool of {num_pages - 1} pages of {ps} holds no row of {need} columns")
-    return min(slots, self._round(batching.pow2_at_least(rows))), num_pages
+    slots = min(slots, self._round(batching.pow2_at_least(rows)))
+    if self.num_pages is None:  # no more pages than the call's slots can hold at once, grown whole
+      num_pages = min(num_pages, slots * row_pages + 1)
+    return slots, num_pages
 
   def _ensure_paged(self, key, slots: int, num_pages: int):
     state, self._state = self._state, None

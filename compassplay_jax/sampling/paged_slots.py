@@ -81,14 +81,16 @@ def insert_paged(state: PagedState, prefix: Prefix, admit: Admit, copies: Copies
   padded = [KVCache(jnp.pad(c.k, ((0, 0), (0, ps), (0, 0), (0, 0))), jnp.pad(c.v, ((0, 0), (0, ps), (0, 0), (0, 0))))
             for c in prefix.cache]
 
-  def copy(i, pages):
-    page, row, col = copies.page[i], copies.row[i], copies.col[i]
-    one = lambda pool, src: jax.lax.dynamic_update_slice(  # (1, ps, kv, hd) -> the pool's (kv, 1, ps, hd)
-        pool, jnp.transpose(jax.lax.dynamic_slice(src, (row, col, 0, 0), (1, ps) + src.shape[2:]), (2, 0, 1, 3)),
-        (0, page, 0, 0))
-    return [KVCache(one(p.k, s.k), one(p.v, s.v)) for p, s in zip(pages, padded)]
+  # One gather of the listed prompt pages and one scatter into the pool per layer (entries past
+  # copies.count go to page index num_pages: dropped).
+  target = jnp.where(jnp.arange(copies.page.shape[0]) < copies.count, copies.page, state.pages[0].k.shape[1])
 
-  pages = jax.lax.fori_loop(0, copies.count, copy, state.pages)
+  def one(pool, src):  # pool (kv, N, ps, hd); src (P, L + ps, kv, hd)
+    blocks = jax.vmap(lambda r, c: jax.lax.dynamic_slice(src, (r, c, 0, 0), (1, ps) + src.shape[2:])[0])(
+        copies.row, copies.col)  # (C, ps, kv, hd)
+    return pool.at[:, target].set(jnp.transpose(blocks, (2, 0, 1, 3)).astype(pool.dtype), mode="drop")
+
+  pages = [KVCache(one(p.k, s.k), one(p.v, s.v)) for p, s in zip(state.pages, padded)]
   valid = jnp.arange(b) < admit.count
   slot = jnp.where(valid, admit.slot, b)
   token = prefix.tokens[admit.row, admit.sample]

@@ -35,7 +35,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from compassplay_jax import sharding as sh
+from compassplay_jax.infra import sharding as sh
 from compassplay_jax.models.config import ModelConfig
 from compassplay_jax.models.decoder import KVCache, default_positions
 from compassplay_jax.sampling.config import SamplerParams

@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from compassplay_jax import distributed
+from compassplay_jax.infra import distributed
 from compassplay_jax.selfplay.sequences import LENGTH_BUCKETS, PackedBatch, pack, packed_shape
 
 _CANDIDATE_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)  # padded candidate counts: few compilations

@@ -7,8 +7,8 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from compassplay_jax import distributed
-from compassplay_jax.config_base import dataclass_from
+from compassplay_jax.infra import distributed
+from compassplay_jax.runtime.config_base import dataclass_from
 from compassplay_jax.rewards.proposer_rewards import RewardConfig
 from compassplay_jax.sampling import SamplingConfig
 

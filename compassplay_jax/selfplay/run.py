@@ -10,13 +10,14 @@ import time
 import jax
 import tqdm
 
-from compassplay_jax import preemption, settings
-from compassplay_jax.metrics import read_metrics, summary_line
-from compassplay_jax.engine import EngineSettings
-from compassplay_jax.model_setup import build_model, restore_params  # noqa: F401  (used by tests and tools)
+from compassplay_jax import settings
+from compassplay_jax.infra import preemption
+from compassplay_jax.infra.metrics import read_metrics, summary_line
+from compassplay_jax.runtime.engine import EngineSettings
+from compassplay_jax.runtime.model_setup import build_model, restore_params  # noqa: F401  (used by tests and tools)
 from compassplay_jax.rl.train_step import TrainConfig
 from compassplay_jax.selfplay.session import Session
-from compassplay_jax.selfplay import evaluation
+from compassplay_jax.selfplay import in_loop_eval as evaluation
 
 # The per-step line: the candidate records' metrics (selfplay/records.py), the setting's own keys
 # (its spec's summary_keys), then the update's and the step's.
@@ -41,7 +42,7 @@ def run(config, workdir: pathlib.Path) -> dict:
 
   The steps are selfplay/session.py's `Session.step`, one per iteration, under a progress bar. On SIGTERM
   (or, multi-process, at the preemption sync point) the step under way is finished and saved, one line
-  says so and preemption.Preempted (SystemExit 143) is raised: rerunning resumes (compassplay_jax/preemption.py)."""
+  says so and preemption.Preempted (SystemExit 143) is raised: rerunning resumes (compassplay_jax/infra/preemption.py)."""
   t_start = time.time()
   workdir = pathlib.Path(workdir)
   session = Session.create(config, workdir)
@@ -75,7 +76,7 @@ def run(config, workdir: pathlib.Path) -> dict:
   summary = {"steps": config.steps, "resumed_from": start, "wall_s": round(time.time() - t_start, 1),
              "workdir": str(workdir), "last_metrics": {k: v for k, v in metrics.items() if not isinstance(v, list)},
              **settings.of(config).summary(config)}
-  from compassplay_jax import distributed
+  from compassplay_jax.infra import distributed
   distributed.write_text(workdir / "summary.json", json.dumps(summary, indent=2, default=float))
   print(_final_summary(summary, summary_keys(config)), flush=True)
   if jax.process_index() == 0:

@@ -20,12 +20,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from compassplay_jax import compile_cache, config_base, distributed, profiling, settings
-from compassplay_jax.checkpoint import CheckpointManager
-from compassplay_jax.engine import Engine, EngineSettings
-from compassplay_jax.metrics import MetricsWriter, last_value, truncate_metrics
-from compassplay_jax.model_setup import build_model
-from compassplay_jax.selfplay import evaluation
+from compassplay_jax import settings
+from compassplay_jax.infra import compile_cache, distributed, profiling
+from compassplay_jax.runtime import config_base
+from compassplay_jax.infra.checkpoint import CheckpointManager
+from compassplay_jax.runtime.engine import Engine, EngineSettings
+from compassplay_jax.infra.metrics import MetricsWriter, last_value, truncate_metrics
+from compassplay_jax.runtime.model_setup import build_model
+from compassplay_jax.selfplay import in_loop_eval as evaluation
 from compassplay_jax.selfplay import step as step_lib
 
 
@@ -47,9 +49,9 @@ class Session:
   def create(cls, config, workdir, *, sampler=None) -> "Session":
     """Checks the config, builds the model, engine and setting, and restores workdir's latest checkpoint.
     sampler: rollout.sample's signature for the setting (default rollout.sample; tests script one)."""
-    from compassplay_jax import sharding as sh
-    from compassplay_jax.backend import describe_backend
-    from compassplay_jax.data_checks import prepare_config
+    from compassplay_jax.infra import sharding as sh
+    from compassplay_jax.infra.backend import describe_backend
+    from compassplay_jax.selfplay.data_files import prepare_config
     # Multi-host: join the run before anything asks JAX about processes or devices.
     distributed.initialize()  # from COMPASSPLAY_* variables; a no-op on one host
     workdir = pathlib.Path(workdir)

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from compassplay_jax import distributed
+from compassplay_jax.infra import distributed
 from compassplay_jax.domains.coding.reference_set import (ReferenceSetError, load_reference_set, reference_problems,
                                                           resolve_path)
 from compassplay_jax.evals.benchmarks import last_boxed

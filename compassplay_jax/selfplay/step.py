@@ -113,7 +113,7 @@ class UpdateOptions:
 
   @classmethod
   def from_config(cls, config, pad_id: int) -> "UpdateOptions":
-    from compassplay_jax import config_base
+    from compassplay_jax.runtime import config_base
     return cls(pad_id=pad_id, max_len=config_base.train_sequence_len(config),
                token_budget=config.train.micro_batch_tokens,
                recompute_logprobs=config_base.recompute_logprobs(config),
@@ -209,7 +209,7 @@ def run_step(setting: Setting, engine, params, opt_state, step: int, key, *, upd
 
 def compile_ahead(engine, params, opt_state, options: "ScoreOptions", plan: Plan, update: UpdateOptions | None) -> None:
   """Starts compiling the programs whose shapes are known before the step generates, on the engine's
-  background thread (compile_ahead.py; nothing once they are compiled): g_ref of the plan's fixed
+  background thread (infra/compile_ahead.py; nothing once they are compiled): g_ref of the plan's fixed
   reference sets, then the length-bucketed step's optimizer update."""
   if not engine.ahead.enabled:
     return
@@ -405,7 +405,7 @@ def _place_share(engine, host_batch: dict, ref_params) -> dict:
   """A host micro-batch every process built whole, placed from process-local rows: each process hands
   over only its share of the rows (sharding.put_local_rows); with ref_params the reference log-probs
   join it."""
-  from compassplay_jax import distributed
+  from compassplay_jax.infra import distributed
   shares = distributed.Shares.of(len(host_batch["tokens"]))
   local = {k: shares.take(np.asarray(v)) for k, v in host_batch.items()}
   batch = engine.put_local_rows(local, engine.local_rows(shares.size))
@@ -416,7 +416,7 @@ def _local_train_batch(engine, rows: Sequence[Row], options: UpdateOptions, micr
   """(this process's host batch, the placed global batch) of one optimizer step: every process packs
   its share of the rows at the column shape of all of them, as its rows of the global batch (a
   multiple of the train micro-batch); with ref_params the reference log-probs join it."""
-  from compassplay_jax import distributed
+  from compassplay_jax.infra import distributed
   shares = distributed.Shares.of(len(rows))
   shape = packed_shape([(len(r.prompt_ids), len(r.completion_ids)) for r in rows], max_len=options.max_len,
                        completion_window=True)

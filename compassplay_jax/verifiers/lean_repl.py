@@ -38,7 +38,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 
-from compassplay_jax.errors import UserError
+from compassplay_jax.core.errors import UserError
 
 # Check outcomes. Only ANSWERED carries a Lean verdict; the rest say why not.
 ANSWERED = "answered"

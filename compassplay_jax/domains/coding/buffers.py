@@ -119,7 +119,7 @@ def load_azr_seed_file(path, task_type: str, limit: int = 256) -> List[tasks.Cod
 
 
 def load_azr_seed_dir(directory, cap: int = DEFAULT_CAP, keep: str = "oldest", limit: int = 256):
-  """Buffers from an azr_seed folder (`python -m compassplay_jax.data fetch azr_seed`): the I/O file fills
+  """Buffers from an azr_seed folder (`python -m compassplay_jax.cli.data fetch azr_seed`): the I/O file fills
   both deduction and abduction, the code_f file fills induction."""
   directory = pathlib.Path(directory)
   io_files = sorted(p for p in directory.glob("*_seed_io.jsonl") if "code_f" not in p.name)

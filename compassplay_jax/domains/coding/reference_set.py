@@ -14,9 +14,9 @@ import importlib.resources
 import pathlib
 import random
 
-from compassplay_jax import jsonl
+from compassplay_jax.core import jsonl
 from compassplay_jax.data import paths
-from compassplay_jax.errors import UserError
+from compassplay_jax.core.errors import UserError
 
 BUILTIN_PREFIX = "builtin:"
 

@@ -10,8 +10,8 @@ import json
 import pathlib
 import re
 
-from compassplay_jax import jsonl
-from compassplay_jax.errors import InputFormatError
+from compassplay_jax.core import jsonl
+from compassplay_jax.core.errors import InputFormatError
 from compassplay_jax.lean_syntax.statements import split_header, strip_lean_comments, theorem_name
 
 # The DeepSeek-Prover-V2 header (also miniF2F's): no heartbeat cap, so the

@@ -8,7 +8,7 @@ import pathlib
 import ml_collections
 
 from compassplay_jax.domains.coding import tasks
-from compassplay_jax.errors import InputNotFound
+from compassplay_jax.core.errors import InputNotFound
 from compassplay_jax.models.config import ConfigError
 from compassplay_jax.rewards.proposer_rewards import SOAR_UTILITY, uses_cosine
 from compassplay_jax.selfplay import compact_prompts, local_reference

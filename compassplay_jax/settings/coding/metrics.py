@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from compassplay_jax.metrics import histogram
+from compassplay_jax.infra.metrics import histogram
 from compassplay_jax.rewards import novelty
 from compassplay_jax.selfplay import local_reference, records as records_lib
 

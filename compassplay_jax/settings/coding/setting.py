@@ -25,8 +25,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from compassplay_jax import config_base, distributed
-from compassplay_jax.distributed import shared_map
+from compassplay_jax.runtime import config_base
+from compassplay_jax.infra import distributed
+from compassplay_jax.infra.distributed import shared_map
 from compassplay_jax.domains.coding import buffers as buffers_lib
 from compassplay_jax.domains.coding import checking, parsing, prompts, tasks, validation, verdict_stats
 from compassplay_jax.domains.coding.reference_set import reference_problems

@@ -2,7 +2,7 @@
 and the rows it lowered or ended."""
 from __future__ import annotations
 
-from compassplay_jax import distributed
+from compassplay_jax.infra import distributed
 from compassplay_jax.sampling.rollout_engine import Request
 from compassplay_jax.selfplay import rollout
 from compassplay_jax.selfplay.rollout import sampling_config, truncate_prompt

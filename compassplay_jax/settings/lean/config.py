@@ -8,7 +8,7 @@ import ml_collections
 from compassplay_jax.domains.coding.reference_set import resolve_path
 from compassplay_jax.domains.lean.schedule import CONDITIONING
 from compassplay_jax.domains.lean.targets import load_targets
-from compassplay_jax.errors import InputFormatError, InputNotFound
+from compassplay_jax.core.errors import InputFormatError, InputNotFound
 from compassplay_jax.models.config import ConfigError
 from compassplay_jax.rewards.proposer_rewards import SOAR_UTILITY
 from compassplay_jax.settings import DataFile

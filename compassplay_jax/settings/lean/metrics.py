@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from compassplay_jax import config_base
-from compassplay_jax.metrics import histogram
+from compassplay_jax.runtime import config_base
+from compassplay_jax.infra.metrics import histogram
 from compassplay_jax.settings.lean.budget import cap_counts
 
 

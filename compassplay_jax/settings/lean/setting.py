@@ -32,8 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from compassplay_jax import config_base, distributed
-from compassplay_jax.distributed import shared_map
+from compassplay_jax.runtime import config_base
+from compassplay_jax.infra import distributed
+from compassplay_jax.infra.distributed import shared_map
 from compassplay_jax.domains.lean import extraction
 from compassplay_jax.domains.lean.coverage import Coverage
 from compassplay_jax.domains.lean.dedup import sgs_duplicates

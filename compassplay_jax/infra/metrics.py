@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from compassplay_jax.tensorboard_events import EventFileWriter
+from compassplay_jax.infra.tensorboard_events import EventFileWriter
 
 
 def _scalar(value: Any):

@@ -5,7 +5,7 @@
 plugin, XProf and Perfetto (`perfetto_trace.json.gz`, ui.perfetto.dev). Profile a step after the
 first: step 1 compiles, and a trace of it is mostly compilation.
 
-    python -m compassplay_jax.profiling runs/coding_demo/profile     # the 20 slowest programs and XLA ops
+    python -m compassplay_jax.infra.profiling runs/coding_demo/profile     # the 20 slowest programs and XLA ops
 
 The table reads the Perfetto trace that JAX writes beside the XProf files (plain gzipped JSON), so it
 needs no profiler plugin: total time per compiled program and per XLA op (fusions, dots, copies on
@@ -23,7 +23,7 @@ import sys
 
 import jax
 
-from compassplay_jax.errors import InputFormatError, InputNotFound
+from compassplay_jax.core.errors import InputFormatError, InputNotFound
 from compassplay_jax.models.config import ConfigError
 
 PERFETTO_FILE = "perfetto_trace.json.gz"
@@ -68,7 +68,7 @@ def step_trace(profile_config, step: int, workdir, log=print):
   with jax.profiler.trace(str(directory), create_perfetto_trace=True, profiler_options=options):
     yield directory
   log(f"[compassplay] profile of step {step} -> {directory} "
-      f"(python -m compassplay_jax.profiling {directory}; or TensorBoard / XProf / ui.perfetto.dev)")
+      f"(python -m compassplay_jax.infra.profiling {directory}; or TensorBoard / XProf / ui.perfetto.dev)")
 
 
 def latest_trace(directory) -> pathlib.Path:
@@ -139,7 +139,7 @@ def format_summary(summary: dict, top: int = 20) -> str:
 
 def main(argv: list[str]) -> int:
   if len(argv) not in (1, 2):
-    print("usage: python -m compassplay_jax.profiling <profile dir | perfetto_trace.json.gz> [top]", file=sys.stderr)
+    print("usage: python -m compassplay_jax.infra.profiling <profile dir | perfetto_trace.json.gz> [top]", file=sys.stderr)
     return 2
   try:
     trace_file = latest_trace(argv[0])

@@ -22,7 +22,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from compassplay_jax.errors import UserError
+from compassplay_jax.core.errors import UserError
 from compassplay_jax.models.layout import BATCH_AXES  # the batch dimension is split over both data-parallel axes
 from compassplay_jax.models.tree_paths import path_str  # noqa: F401  (re-exported: sh.path_str)
 

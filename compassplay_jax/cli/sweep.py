@@ -1,12 +1,12 @@
 """The sweep command: a grid of reward names × seeds (× config values) of one config, one work directory per cell.
 
-  python -m compassplay_jax.sweep --config=configs/coding.py:tiny --rewards=compassplay_cos,difficulty \\
+  python -m compassplay_jax.cli.sweep --config=configs/coding.py:tiny --rewards=compassplay_cos,difficulty \\
       --seeds=0,1 --root=runs/sweep1 [--set train.learning_rate=1e-5 ...] [--grid train.learning_rate=1e-5,1e-6]
   ... --print-commands     # one `python -m compassplay_jax.main ...` line per unfinished cell, for a scheduler
 
 Each cell is an ordinary work directory of the main command (<root>/<arm>/seed_<n>): run locally one after
 another, a cell resumes from its last checkpoint, and a cell whose last checkpoint reached `steps` is
-skipped. <root>/sweep.json lists the cells and their arms for `python -m compassplay_jax.report <root>`.
+skipped. <root>/sweep.json lists the cells and their arms for `python -m compassplay_jax.cli.report <root>`.
 """
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ def run_cell(command: list[str], log_path: pathlib.Path) -> int:
 
 
 def parse_args(argv):
-  parser = argparse.ArgumentParser(prog="python -m compassplay_jax.sweep", description=__doc__.split("\n")[0])
+  parser = argparse.ArgumentParser(prog="python -m compassplay_jax.cli.sweep", description=__doc__.split("\n")[0])
   parser.add_argument("--config", required=True, help="configs/<setting>.py[:variant]")
   parser.add_argument("--rewards", required=True, help=f"comma list of reward names ({', '.join(sorted(REWARD_FNS))})")
   parser.add_argument("--seeds", default="0", help="comma list of integer seeds")
@@ -232,7 +232,7 @@ def main(argv=None) -> int:
   if failed:
     print(f"error: {len(failed)} of {len(cells)} cells failed: {', '.join(failed)}", file=sys.stderr)
     return 1
-  print(f"[sweep] all {len(cells)} cells complete under {root}; report: python -m compassplay_jax.report {root}")
+  print(f"[sweep] all {len(cells)} cells complete under {root}; report: python -m compassplay_jax.cli.report {root}")
   return 0
 
 

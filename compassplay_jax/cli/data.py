@@ -1,4 +1,4 @@
-"""python -m compassplay_jax.data fetch [NAMES ...|--all] [--dir DIR] | fetch --list [--dir DIR]
+"""python -m compassplay_jax.cli.data fetch [NAMES ...|--all] [--dir DIR] | fetch --list [--dir DIR]
 
 Fetches the public data sets the configs and the evaluation read into the data directory
 (--dir, else $COMPASSPLAY_DATA, else ~/.cache/compassplay/data); docs/data.md lists them.
@@ -12,14 +12,14 @@ import argparse
 import os
 import sys
 
-from compassplay_jax import data_checks
+from compassplay_jax.selfplay import data_files as data_checks
 from compassplay_jax.data import fetch as fetch_lib
 from compassplay_jax.data import paths
 from compassplay_jax.data.sources import DATASETS
 
 
 def _parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(prog="python -m compassplay_jax.data", description=__doc__.splitlines()[2])
+  parser = argparse.ArgumentParser(prog="python -m compassplay_jax.cli.data", description=__doc__.splitlines()[2])
   sub = parser.add_subparsers(dest="command", required=True)
   f = sub.add_parser("fetch", help="download and convert data sets (or --list what is present)")
   f.add_argument("names", nargs="*", help=f"sets to fetch: {', '.join(DATASETS)}")

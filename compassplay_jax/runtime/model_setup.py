@@ -1,6 +1,6 @@
 """The policy a config names: (model, tokenizer) placed on a mesh, and params from a training checkpoint.
 
-Shared by the training run (selfplay/run.py) and checkpoint evaluation (evaluate.py).
+Shared by the training run (selfplay/run.py) and checkpoint evaluation (cli/evaluate.py).
 """
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pathlib
 
 from flax import nnx
 
-from compassplay_jax.checkpoint import CheckpointManager
+from compassplay_jax.infra.checkpoint import CheckpointManager
 from compassplay_jax.models.config import ConfigError
 from compassplay_jax.rl.train_step import TrainConfig, init_train_state
 
@@ -19,8 +19,8 @@ def build_model(config, mesh=None):
   With a multi-device mesh, a Hugging Face checkpoint is read straight into its sharded layout (each
   device's slice from the file); other sources are loaded, then placed by the partition rules.
   """
-  from compassplay_jax import load_model
-  from compassplay_jax import sharding as sh
+  from compassplay_jax.models.loading import load_model
+  from compassplay_jax.infra import sharding as sh
   from compassplay_jax.models.hub import resolve_checkpoint
   m = config.model
   if mesh is not None and mesh.size > 1:

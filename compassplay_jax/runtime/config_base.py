@@ -13,7 +13,7 @@ from compassplay_jax.models.config import ModelConfig
 from compassplay_jax.rewards.proposer_rewards import REWARD_FNS, SOAR_UTILITY, RewardConfig
 from compassplay_jax.rl.train_step import TrainConfig
 from compassplay_jax.sampling.config import SamplingConfig
-from compassplay_jax.sharding import MeshConfig
+from compassplay_jax.infra.sharding import MeshConfig
 
 # AZR's in-training validation set (docs/paper_settings.md §6.1); pass "all" or a list for the others.
 DEFAULT_BENCHMARKS = "cruxeval_i,cruxeval_o,livecodebench_execution"
@@ -102,9 +102,9 @@ def eval_config() -> ml_collections.ConfigDict:
 def check_config(config) -> None:
   """Start-up checks of the fields every setting shares (ConfigError names the field); the setting's own
   block is its spec's validate (compassplay_jax/settings)."""
-  from compassplay_jax import profiling
+  from compassplay_jax.infra import profiling
   from compassplay_jax.models.config import ConfigError
-  from compassplay_jax.sampling.engine import ENGINES
+  from compassplay_jax.sampling.factory import ENGINES
   if config.reward.name not in REWARD_FNS:
     raise ConfigError(f"config.reward.name: {config.reward.name!r} is not one of {sorted(REWARD_FNS)}")
   if config.sampling.engine not in ENGINES:
@@ -162,11 +162,11 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   config.compile_cache_dir = "~/.cache/compassplay_jax/xla"
   # Programs whose shapes are known early (the optimizer update, a fixed reference set's g_ref, the
   # cosine pass once proposals are validated) compile on a background thread while the step
-  # generates (compassplay_jax/compile_ahead.py): "auto" (on from COMPILE_AHEAD_MIN_CORES CPU cores) |
+  # generates (compassplay_jax/infra/compile_ahead.py): "auto" (on from COMPILE_AHEAD_MIN_CORES CPU cores) |
   # "on" | "off" (each program compiles at its first call).
   config.compile_ahead = "auto"
   # Where "data:<relpath>" paths point: "" = $COMPASSPLAY_DATA, else ~/.cache/compassplay/data.
-  # Fill it with `python -m compassplay_jax.data fetch --all` (docs/data.md).
+  # Fill it with `python -m compassplay_jax.cli.data fetch --all` (docs/data.md).
   config.data_dir = ""
 
   config.model = ml_collections.ConfigDict()
@@ -296,7 +296,7 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
 
   config.eval = eval_config()
 
-  # Device traces (compassplay_jax/profiling.py): the steps to trace ("2", "2,3"; "" = none) and where
+  # Device traces (compassplay_jax/infra/profiling.py): the steps to trace ("2", "2,3"; "" = none) and where
   # ("" = <workdir>/profile). Trace a step after the first: step 1 is mostly compilation.
   config.profile = ml_collections.ConfigDict()
   config.profile.steps = ""

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from compassplay_jax import sharding as sharding_lib
+from compassplay_jax.infra import sharding as sharding_lib
 from compassplay_jax.models.config import ModelConfig
 
 GIB = 1024 ** 3
@@ -142,7 +142,7 @@ def workload_engine(cfg: ModelConfig, mesh, work: Workload, train_cfg=None, rewa
   within a micro-batch, so any config.reward.chunk_size at or above it, as in every shipped config,
   compiles the same program).
   """
-  from compassplay_jax import engine as engine_lib
+  from compassplay_jax.runtime import engine as engine_lib
   from compassplay_jax.models import hf_io
   from compassplay_jax.rl import train_step as train_lib
   train_cfg = (train_cfg or train_lib.TrainConfig()).replace(micro_batch_size=work.train_micro_batch)

@@ -1,6 +1,6 @@
 r"""Evaluates checkpoints on the benchmarks and plots accuracy against step.
 
-  python -m compassplay_jax.evaluate --config=configs/coding.py \
+  python -m compassplay_jax.cli.evaluate --config=configs/coding.py \
       --checkpoint=/runs/a/checkpoints/step_100,/runs/a/checkpoints/step_200 \
       --benchmarks=cruxeval_i,cruxeval_o,livecodebench_execution,math500
 
@@ -15,7 +15,7 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
-from compassplay_jax.errors import InputNotFound
+from compassplay_jax.core.errors import InputNotFound
 from compassplay_jax.evals import harness
 from compassplay_jax.evals import report
 
@@ -36,7 +36,7 @@ def _load_generate_fn(config, checkpoint: str):
   "smollm2-135m"), or "tiny" (config.model's random tiny model, for tests).
   """
   from flax import nnx
-  from compassplay_jax.model_setup import build_model, restore_params
+  from compassplay_jax.runtime.model_setup import build_model, restore_params
   config = complete_config(config)
   path = pathlib.Path(checkpoint)
   if checkpoint == "tiny":
@@ -49,12 +49,12 @@ def _load_generate_fn(config, checkpoint: str):
     graphdef, params = nnx.split(model)
     params = restore_params(path.parent, int(path.name), params)
   else:
-    from compassplay_jax import load_model
+    from compassplay_jax.models.loading import load_model
     model, tokenizer = load_model(checkpoint, dtype=config.model.dtype)
     graphdef, params = nnx.split(model)
   # Greedy generation through a device engine (the run loop's path), on every local device.
-  from compassplay_jax import sharding as sh
-  from compassplay_jax.engine import Engine, EngineSettings
+  from compassplay_jax.infra import sharding as sh
+  from compassplay_jax.runtime.engine import Engine, EngineSettings
   engine = Engine.build(graphdef, params, sh.make_mesh(None), EngineSettings.from_config(config))
   params = engine.place_params(params)
   return engine.evaluation_queue(params, tokenizer, config.sampling, harness.with_defaults(config.eval)), tokenizer
@@ -63,7 +63,7 @@ def _load_generate_fn(config, checkpoint: str):
 def complete_config(config):
   """`config` with every field evaluation reads: config_base's defaults (their one source) under the
   fields `config` sets (a run's config, or a partial one holding only an eval block)."""
-  from compassplay_jax import config_base
+  from compassplay_jax.runtime import config_base
   out = config_base.base_config("coding", "eval")
   out.update(config)
   return out

@@ -1,13 +1,7 @@
-"""Rollout engines by name: the static engine (today's `generate`) and `make_engine`.
+"""The static rollout engine: today's `generate` behind the `RolloutEngine` seam (rollout_engine.py).
 
-The loop only ever calls `engine.update_params(params)` (after a policy update) and
-`engine.generate(requests, config, key)` (requests -> tokens, exact log-probs, finish reasons): the
-`RolloutEngine` seam (rollout_engine.py). Our two samplers implement it (`StaticEngine`: today's
-`generate`; `ContinuousEngine`: continuous batching, continuous.py), and so does vLLM
-(`VLLMEngine`, vllm_engine.py: vLLM in its own venv process); another external engine
-(tpu-inference, sglang-jax) implements the same methods by converting params to its weights and
-its outputs to a `GenerationResult` (docs/sampling.md, "Rollout engines"). `Request`,
-`RolloutEngine` and `as_requests` are importable from here too.
+Micro-batches decoded until their longest row ends; `make_engine` (factory.py) picks it by name
+("static"), beside the continuous engine (continuous.py) and vLLM (vllm_engine.py).
 """
 from __future__ import annotations
 
@@ -15,14 +9,8 @@ import numpy as np
 
 from compassplay_jax.sampling import slots as slots_lib
 from compassplay_jax.sampling.config import SamplingConfig
-from compassplay_jax.sampling.continuous import ContinuousEngine
 from compassplay_jax.sampling.generate import GenerationResult, generate, graphdef_config
-from compassplay_jax.sampling.rollout_engine import Request, RolloutEngine, as_requests
-
-__all__ = ["ENGINES", "Request", "RolloutEngine", "as_requests", "StaticEngine", "ContinuousEngine",
-           "merge_results", "make_engine"]
-
-ENGINES = ("static", "continuous", "vllm")
+from compassplay_jax.sampling.rollout_engine import RolloutEngine, as_requests
 
 
 class StaticEngine(RolloutEngine):
@@ -94,16 +82,3 @@ def merge_results(parts, n_requests: int, n_samples: int) -> GenerationResult:
                           prompt_tokens=fields["prompt_tokens"], tokens=fields["tokens"],
                           logprobs=fields["logprobs"], finish_reasons=fields["finish_reasons"],
                           texts=fields["texts"] if has_texts else None)
-
-
-def make_engine(name: str, graphdef, tokenizer, params=None, **options) -> RolloutEngine:
-  """An engine by name: "static" (options: device_fns), "continuous" (see ContinuousEngine) or "vllm"
-  (vLLM in its own venv process; see vllm_engine.VLLMEngine)."""
-  if name == "static":
-    return StaticEngine(graphdef, tokenizer, params, **options)
-  if name == "continuous":
-    return ContinuousEngine(graphdef, tokenizer, params, **options)
-  if name == "vllm":
-    from compassplay_jax.sampling.vllm_engine import VLLMEngine
-    return VLLMEngine(graphdef, tokenizer, params, **options)
-  raise ValueError(f"sampling engine {name!r} is not one of {ENGINES}")

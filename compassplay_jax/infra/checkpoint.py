@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from compassplay_jax.errors import UserError
+from compassplay_jax.core.errors import UserError
 
 
 class CheckpointError(UserError, RuntimeError):
@@ -118,7 +118,7 @@ class CheckpointManager:
   def reached_preemption(self, step: int) -> bool:
     """Whether the processes of a multi-process run have reached the preemption sync point at `step`
     (a SIGTERM on any of them; Orbax's reached_preemption, False when JAX's preemption service is off).
-    Call it at every step on every process (compassplay_jax/preemption.py)."""
+    Call it at every step on every process (compassplay_jax/infra/preemption.py)."""
     return bool(self._manager.reached_preemption(step))
 
   def all_steps(self) -> list[int]:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping
 import jax
 import numpy as np
 
-from compassplay_jax.errors import UserError
+from compassplay_jax.core.errors import UserError
 
 ENV_PREFIX = "COMPASSPLAY_"
 
@@ -117,7 +117,7 @@ def main_process_only(fn: Callable) -> Callable:
 
 def process_rows(global_batch_size: int, mesh, process_index: int | None = None) -> np.ndarray:
   """Indices of the global batch rows whose data this process's devices hold (what it must load)."""
-  from compassplay_jax import sharding as sharding_lib
+  from compassplay_jax.infra import sharding as sharding_lib
   if global_batch_size % sharding_lib.batch_divisor(mesh):
     raise DistributedError(f"global batch {global_batch_size} is not divisible by data*fsdp="
                            f"{sharding_lib.batch_divisor(mesh)}")
@@ -132,7 +132,7 @@ def process_rows(global_batch_size: int, mesh, process_index: int | None = None)
 
 def global_batch(local_batch, mesh, global_batch_size: int):
   """Global arrays, batch dim over (data, fsdp), from this process's rows (`process_rows` order)."""
-  from compassplay_jax import sharding as sharding_lib
+  from compassplay_jax.infra import sharding as sharding_lib
 
   def one(x):
     x = np.asarray(x)

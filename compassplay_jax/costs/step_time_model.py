@@ -6,7 +6,7 @@ paper configs").
 
 * Decode schedules. A row of L tokens occupies L - 1 decode steps: its first token comes from the
   prefill (sampling/decode.prefill; the continuous engine counts slot steps the same way).
-  `static_decode_steps`: what sampling.engine.StaticEngine does, micro-batches of `rows` requests
+  `static_decode_steps`: what sampling.static_engine.StaticEngine does, micro-batches of `rows` requests
   decoded one after another, each until its longest row ends. `continuous_decode_steps`: continuous
   batching with `slots` slots in arrival order, each finished row's slot taking the next request
   (sampling/continuous.py with refill_threshold 1 and order "arrival").
@@ -31,7 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
-from compassplay_jax import config_base
+from compassplay_jax.runtime import config_base
 from compassplay_jax.rewards.proposer_rewards import uses_cosine
 
 

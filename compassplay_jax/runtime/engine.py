@@ -5,7 +5,7 @@ function: the sampler (through sampling.engine's rollout-engine seam), the refer
 candidate cosines, the train step (padded or length-bucketed), the frozen reference policy's
 log-probs, and greedy evaluation. On one device it is the same code on a (1, 1, 1) mesh.
 
-Layouts (sharding.py's rules): params, gradients, g_ref and optimizer moments by PARAM_RULES; batch
+Layouts (infra/sharding.py's rules): params, gradients, g_ref and optimizer moments by PARAM_RULES; batch
 rows and per-example outputs over (data, fsdp); scalars replicated. Host data enters through
 `put_batch`, which builds global arrays from what every process holds (each process hands over only
 its own devices' rows), so the same calls work on one host and across hosts.
@@ -31,8 +31,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from compassplay_jax import compile_ahead
-from compassplay_jax import sharding as sh
+from compassplay_jax.infra import compile_ahead
+from compassplay_jax.infra import sharding as sh
 from compassplay_jax.models.config import ModelConfig
 from compassplay_jax.models.decoder import model_config
 from compassplay_jax.rewards import cosines as cosines_lib
@@ -41,7 +41,7 @@ from compassplay_jax.rewards import soar as soar_lib
 from compassplay_jax.rl import train_step as train_lib
 from compassplay_jax.sampling import decode as decode_lib
 from compassplay_jax.sampling import slots as slots_lib
-from compassplay_jax.sampling.engine import RolloutEngine
+from compassplay_jax.sampling.rollout_engine import RolloutEngine
 
 _log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class EngineSettings:
   reward_chunk_size: int | None = 8  # candidates per chunk inside one cosine pass
   reward_micro_batch: int = 8  # rows per forward/backward of g_ref and of a cosine pass
   norm_mode: str = "auto"
-  compile_ahead: bool = False  # compile known programs on a background thread (compile_ahead.py)
+  compile_ahead: bool = False  # compile known programs on a background thread (infra/compile_ahead.py)
 
   def __post_init__(self):
     if self.reward_method not in cosines_lib.METHODS:
@@ -65,7 +65,7 @@ class EngineSettings:
   def from_config(cls, config) -> "EngineSettings":
     """From a run config: config.train's TrainConfig fields plus the run length and the sampler's
     temperature (greedy: 1), and config.reward's method, chunk and micro-batch sizes."""
-    from compassplay_jax import config_base
+    from compassplay_jax.runtime import config_base
     train = config_base.dataclass_from(
         train_lib.TrainConfig, config.train, total_steps=config.steps,
         temperature=config.sampling.temperature if config.sampling.temperature > 0 else 1.0)
@@ -178,7 +178,7 @@ class Engine:
 
   def process_rows(self, global_rows: int, process: int) -> np.ndarray:
     """Indices in a global batch of `global_rows` rows of process `process`'s local rows, in order."""
-    from compassplay_jax import distributed
+    from compassplay_jax.infra import distributed
     return distributed.process_rows(global_rows, self.mesh, process)
 
   def sampler_params(self, params):
@@ -371,7 +371,7 @@ class Engine:
                                             self.rows, self.repl))
     return self._cached("bucketed", build)
 
-  # ---- compiling ahead (compile_ahead.py): the call of each waits for its program -----------------
+  # ---- compiling ahead (infra/compile_ahead.py): the call of each waits for its program -----------------
 
   def update_ahead(self, params, opt_state) -> None:
     """Compiles the bucketed step's optimizer update (its shapes are the params') in the background."""
@@ -438,7 +438,7 @@ class Engine:
     return {**batch, "ref_logprobs": lp[:, lp.shape[1] - window:]}
 
   def rollout_engine(self, tokenizer, sampling) -> RolloutEngine:
-    """The run's rollout engine (sampling/engine.py), built on first use and kept. `sampling` is
+    """The run's rollout engine (sampling/factory.py), built on first use and kept. `sampling` is
     config.sampling. "continuous": slots over the batch axes and KV heads over tensor of
     `self.sampler_mesh` (if set, e.g. a host-local mesh) or `self.mesh`, as many slots per device as
     sampling.memory_budget_gb allows (0: batching.device_memory_budget), its cache kept between calls;
@@ -448,7 +448,7 @@ class Engine:
     engine, assign `rollout`."""
     if self.rollout is None:
       from compassplay_jax.sampling import batching
-      from compassplay_jax.sampling.engine import make_engine
+      from compassplay_jax.sampling.factory import make_engine
       name = sampling.engine
       mesh = getattr(self, "sampler_mesh", None) or self.mesh
       if name == "continuous" and not all(d.process_index == jax.process_index() for d in mesh.devices.flat):
@@ -492,7 +492,7 @@ class Engine:
     call, so the engine fills its slots from one queue, each with its own budget and no stop string;
     weights cast to the compute dtype once (sampler_params). Across processes each host decodes its
     share. on_finish(row, ...) as each row is final (a progress bar)."""
-    from compassplay_jax import distributed
+    from compassplay_jax.infra import distributed
     from compassplay_jax.sampling import SamplingConfig
     from compassplay_jax.sampling.batching import prompt_buckets
     from compassplay_jax.sampling.prompts import encode_prompts
@@ -578,7 +578,7 @@ def dealt_order(n: int, count: int) -> list[int]:
 def gather_generation(local, shares, n_samples: int):
   """One prompt-major GenerationResult over all prompts from each process's result on its share
   (None for an empty share)."""
-  from compassplay_jax import distributed
+  from compassplay_jax.infra import distributed
   from compassplay_jax.sampling.generate import GenerationResult
   parts = [p for p in distributed.allgather_objects(local) if p is not None]
   fields = {name: [x for p in parts for x in getattr(p, name)] for name in

@@ -1,7 +1,7 @@
 """The report command: the paper's figures and tables from a sweep root or run directories.
 
-  python -m compassplay_jax.report runs/sweep1 [--baseline=difficulty] [--out=DIR]
-  python -m compassplay_jax.report runs/a runs/b runs/c --copy-at=100 --window=150:200
+  python -m compassplay_jax.cli.report runs/sweep1 [--baseline=difficulty] [--out=DIR]
+  python -m compassplay_jax.cli.report runs/a runs/b runs/c --copy-at=100 --window=150:200
 
 Writes, per setting (coding, lean) under DIR (default <first path>/report):
   <setting>/<figure>.png + .json (the plotted numbers) and <setting>/<table>.md + .json for everything the
@@ -70,7 +70,7 @@ def write_report(paths, out, baseline="difficulty", copy_at=None, window=None, l
 
 
 def main(argv=None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m compassplay_jax.report", description=__doc__.split("\n")[0])
+  parser = argparse.ArgumentParser(prog="python -m compassplay_jax.cli.report", description=__doc__.split("\n")[0])
   parser.add_argument("paths", nargs="+", help="a sweep root, run directories, or folders holding them")
   parser.add_argument("--baseline", default="difficulty", help="the arm gain rows are measured against")
   parser.add_argument("--out", default=None, help="output folder (default: <first path>/report)")

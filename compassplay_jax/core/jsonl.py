@@ -5,7 +5,7 @@ import json
 import pathlib
 from typing import Iterator
 
-from compassplay_jax.errors import InputFormatError
+from compassplay_jax.core.errors import InputFormatError
 
 
 def records(path: str | pathlib.Path, error: type[Exception] = InputFormatError,

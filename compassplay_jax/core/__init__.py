@@ -1,0 +1,1 @@
+"""Bottom layer: errors and JSON-lines helpers; imports nothing of the package."""

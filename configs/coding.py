@@ -196,5 +196,9 @@ def _tiny(config):
   c.solve_samples = 2
   config.sampling.max_new_tokens = 24
   config.sampling.max_prompt_tokens = 1024
+  # A few rows of at most 24 new tokens: pages bring nothing here and their per-bucket decode programs
+  # only add compiles to every test run (the paged engine has its own tests, the loop's sampling path
+  # on pages included: tests/test_paged_engine.py, test_rollout_release.py, test_sampling_rollouts.py).
+  config.sampling.kv_layout = "dense"
   config.reward.reference_size = 2
   config.train.learning_rate = 1e-3

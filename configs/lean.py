@@ -118,6 +118,7 @@ def get_config(arg: str = ""):
     config.checkpoint.every_steps = 1
   elif variant == "tiny":
     config.model.path = "tiny"
+    config.sampling.kv_layout = "dense"  # short rows; as configs/coding.py:tiny
     config.model.dtype = "float32"
     config.model.remat = False
     config.model.attention_query_chunk = 0

@@ -99,33 +99,40 @@ def eval_config() -> ml_collections.ConfigDict:
   return cfg
 
 
+def _one_of(config, field: str, allowed) -> None:
+  """A one-line ConfigError naming config.<field> unless its value is one of `allowed`."""
+  from compassplay_jax.models.config import ConfigError
+  value = config
+  for name in field.split("."):
+    value = value[name]
+  if value not in allowed:
+    raise ConfigError(f"config.{field}: {value!r} is not one of {tuple(allowed)}")
+
+
 def check_config(config) -> None:
   """Start-up checks of the fields every setting shares (ConfigError names the field); the setting's own
   block is its spec's validate (compassplay_jax/settings)."""
   from compassplay_jax.infra import profiling
   from compassplay_jax.models.config import ConfigError
   from compassplay_jax.sampling.factory import ENGINES
-  if config.reward.name not in REWARD_FNS:
-    raise ConfigError(f"config.reward.name: {config.reward.name!r} is not one of {sorted(REWARD_FNS)}")
-  if config.sampling.engine not in ENGINES:
-    raise ConfigError(f"config.sampling.engine: {config.sampling.engine!r} is not one of {ENGINES}")
-  if config.sampling.engine == "vllm" and config.sampling.vllm_sleep not in ("auto", "on", "off"):
-    raise ConfigError(f"config.sampling.vllm_sleep: {config.sampling.vllm_sleep!r} is not one of ('auto', 'on', 'off')")
-  if config.train.recompute_logprobs not in RECOMPUTE_LOGPROBS:
-    raise ConfigError(f"config.train.recompute_logprobs: {config.train.recompute_logprobs!r} is not one of "
-                      f"{RECOMPUTE_LOGPROBS}")
+  _one_of(config, "reward.name", sorted(REWARD_FNS))
+  _one_of(config, "sampling.engine", ENGINES)
+  if config.sampling.engine == "vllm":
+    _one_of(config, "sampling.vllm_sleep", ("auto", "on", "off"))
+  from compassplay_jax.sampling.continuous import KV_LAYOUTS
+  from compassplay_jax.sampling.paged_kernels import PAGED_ATTENTIONS
+  _one_of(config, "sampling.kv_layout", KV_LAYOUTS)
+  _one_of(config, "sampling.paged_attention", PAGED_ATTENTIONS)
+  _one_of(config, "train.recompute_logprobs", RECOMPUTE_LOGPROBS)
   if config.train.kl_coef < 0:
     raise ConfigError(f"config.train.kl_coef={config.train.kl_coef} is negative")
   if config.train.fresh_optimizer and config.train.schedule != "constant":
     raise ConfigError(f"config.train.fresh_optimizer restarts the schedule every step: use schedule='constant' "
                       f"(warmup_steps then counts within each step), not {config.train.schedule!r}")
   profiling.parse_steps(config.profile.steps)  # names the field if a step is not a number
-  if config.compile_ahead not in COMPILE_AHEAD:
-    raise ConfigError(f"config.compile_ahead: {config.compile_ahead!r} is not one of {COMPILE_AHEAD}")
+  _one_of(config, "compile_ahead", COMPILE_AHEAD)
   from compassplay_jax.rl.aggregation import LOSS_AGGREGATIONS
-  if config.train.loss_aggregation not in LOSS_AGGREGATIONS:
-    raise ConfigError(f"config.train.loss_aggregation: {config.train.loss_aggregation!r} is not one of "
-                      f"{LOSS_AGGREGATIONS}")
+  _one_of(config, "train.loss_aggregation", LOSS_AGGREGATIONS)
   if config.train.verl_micro_batch_rows < 1:
     raise ConfigError(f"config.train.verl_micro_batch_rows={config.train.verl_micro_batch_rows}: must be >= 1")
   if config.train.ppo_mini_batches < 1:

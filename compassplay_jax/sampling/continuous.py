@@ -268,14 +268,14 @@ class ContinuousEngine(RolloutEngine):
       raise ValueError("ContinuousEngine has no params: call update_params first")
     requests = as_requests(requests)
     prompt_ids = encode_prompts(self.tokenizer, [r.prompt for r in requests])
-    buckets = [batching.bucket_length(len(ids), config.bucket_lengths) for ids in prompt_ids]
-    budgets = [r.budget(config) for r in requests]
-    n = config.n_samples
-    slots, length = self._shape(max(b + m for b, m in zip(buckets, budgets)), max(buckets), len(requests) * n)
     if self.kv_layout == "paged" or (self.kv_layout == "auto" and self._pages_pay()):
       return self._generate_paged(requests, config, key, on_finish, prompt_ids)
     eos_ids = resolve_eos_ids(self.tokenizer, config)
     pad_id = resolve_pad_id(self.tokenizer, eos_ids)
+    buckets = [batching.bucket_length(len(ids), config.bucket_lengths) for ids in prompt_ids]
+    budgets = [r.budget(config) for r in requests]
+    n = config.n_samples
+    slots, length = self._shape(max(b + m for b, m in zip(buckets, budgets)), max(buckets), len(requests) * n)
     finders = {s: StopFinder(self.tokenizer, s) for s in {r.stops(config) for r in requests}}
     key = as_prng_key(key)
     rows = [_Row(i, j, budgets[i], finders[requests[i].stops(config)], columns=buckets[i])

@@ -17,10 +17,9 @@ hd) and hands them a per-row page table (B, pages_per_row); the engine runs them
 `paged_attention="pallas_gpu" | "pallas_tpu"`, which "auto" picks on those backends):
 
 * GPU: jax.experimental.pallas.ops.gpu.paged_attention (Triton; per-row block tables; skips pages
-  past each row's length). Runs in Pallas interpret mode on
-  CPU: tested against `gather_attention`.
-* TPU: jax.experimental.pallas.ops.tpu.paged_attention runs under pltpu.force_tpu_interpret_mode() on CPU: tested. The newer
-  ragged_paged_attention (combined K/V pool (pages, page_size, 2 x kv_heads, hd), ragged queries)
+  past each row's length). Runs in Pallas interpret mode on CPU: tested against `gather_attention`.
+* TPU: jax.experimental.pallas.ops.tpu.paged_attention runs under pltpu.force_tpu_interpret_mode()
+  on CPU: tested. The newer ragged_paged_attention (combined K/V pool (pages, page_size, 2 x kv_heads, hd), ragged queries)
   does NOT run in TPU interpret mode with the installed jax 0.10.2: the interpreter raises
   `AttributeError: 'ReshapeTransform' object has no attribute 'indices'` on the kernel's reshaped
   VMEM refs. What is tested instead: its reference implementation (ref_ragged_paged_attention, the

@@ -1,9 +1,10 @@
 """The device side of the paged continuous engine: decode slots over a pool of KV pages.
 
 Per layer the cache is a pool k, v of shape (kv_heads, num_pages, page_size, head_dim) (page 0: the
-trash page, pages.PagePool; the Pallas paged kernels' layout, paged_kernels.py). A row has no left padding: its prompt's real tokens are columns
-[0, n) and its fed tokens follow; column c lives in page table[row][c // page_size]. The host keeps
-the page lists (pages.PageTables) and passes each call only what it needs:
+trash page, pages.PagePool; the Pallas paged kernels' layout, paged_kernels.py). A row has no left
+padding: its prompt's real tokens are columns [0, n) and its fed tokens follow; column c lives in
+page table[row][c // page_size]. The host keeps the page lists (pages.PageTables) and passes each
+call only what it needs:
 
   insert_paged(state, prefix, admit, copies, key) -> state
       copies the listed prompt pages out of a batched prefill (slots.prefill_prompts: left-padded,

@@ -42,7 +42,8 @@ if jax.device_count() != 8:
 # The full step on three meshes: all-data, all three axes, tensor-heavy. fsdp=8 alone is covered by the
 # sharding cases (train step, g_ref and cosines against one device) and by the multi-host runs (the
 # full step on fsdp=8, one process against two): dropped here for the suite's time (~15 CPU-s).
-MESHES = [(8, 1, 1), (2, 2, 2), (1, 2, 4)]
+# (2, 2, 2) runs through the main command below (test_main_on_a_2x2x2_mesh_matches_one_device), record by record.
+MESHES = [(8, 1, 1), (1, 2, 4)]
 TOL = dict(rtol=1e-5, atol=1e-5)
 
 
@@ -91,7 +92,7 @@ def assert_rule_shardings(tree, mesh, head_dim):
     assert leaf.sharding.mesh.shape == mesh.shape, path
 
 
-@pytest.mark.parametrize("shape", MESHES, ids=["dp8", "dp2fsdp2tp2", "fsdp2tp4"])
+@pytest.mark.parametrize("shape", MESHES, ids=["dp8", "fsdp2tp4"])
 def test_full_coding_step_matches_one_device(setup, shape):
   config, tokenizer, graphdef, params, pool = setup
   _, want, want_g, want_p, want_train = single_device(setup)
@@ -165,5 +166,14 @@ def test_main_on_a_2x2x2_mesh_matches_one_device(tmp_path, monkeypatch, capsys):
   assert "[compassplay] mesh data=2, fsdp=2, tensor=2" in out, out[-2000:]
   one = json.loads((tmp_path / "one" / "metrics.jsonl").read_text().splitlines()[0])
   mesh = json.loads((tmp_path / "mesh" / "metrics.jsonl").read_text().splitlines()[0])
-  for key in ("train/loss", "train/grad_norm", "train/entropy", "tokens/generated", "reward/proposer"):
+  for key in ("train/loss", "train/grad_norm", "train/entropy", "tokens/generated", "reward/proposer",
+              "rows", "train/num_tokens", "cos_paid_count"):
     assert mesh[key] == pytest.approx(one[key], rel=1e-5, abs=1e-6), key
+  # Per candidate, in order: the sharded sampler's texts gave the same records. (The tiny model's own
+  # proposals are rarely in band, so cosines on (2, 2, 2) are compared in sharding_cases.py's reward
+  # cases and the full step's in test_full_coding_step_matches_one_device on the other meshes.)
+  assert len(one["candidates"]) > 0
+  for a, b in zip(mesh["candidates"], one["candidates"], strict=True):
+    assert (a["type"], a["valid"], a["formatted"], a["in_band"], a["paid_by"], a["solve_rate"], a["jaccard"]) == \
+           (b["type"], b["valid"], b["formatted"], b["in_band"], b["paid_by"], b["solve_rate"], b["jaccard"])
+    np.testing.assert_allclose(a["reward"], b["reward"], **TOL)

@@ -162,8 +162,9 @@ def test_smollm2_matches_oracle(smollm2):
   g_ref = jax.tree.map(lambda a, b: (np.asarray(a) + np.asarray(b)) / np.float32(2), g0, g1)
   want = oracle(graphdef, params, g_ref, tokens, loss_mask, attn, known={0: g0, 1: g1}, grad_fn=grad_one_deep)
   del g0, g1
-  for method in ("direct", "fused"):
-    # Raw statistics of a trained model carry fp32 noise of ~1e-5 in the oracle itself (1 - p with
-    # p ~ 1 on confident tokens), so they get 2e-5; the cosines still meet 1e-5.
-    got = run(graphdef, params, g_ref, (tokens, loss_mask, attn), method, chunk_size=2, jitted=cosines_jit_deep)
-    assert_matches(got, want, raw_rtol=2e-5)
+  # The fused method (the default) only: the direct method meets the same oracle on the small models
+  # above, and its 30-layer per-row program would be the suite's largest compile for no other path.
+  # Raw statistics of a trained model carry fp32 noise of ~1e-5 in the oracle itself (1 - p with
+  # p ~ 1 on confident tokens), so they get 2e-5; the cosines still meet 1e-5.
+  got = run(graphdef, params, g_ref, (tokens, loss_mask, attn), "fused", chunk_size=2, jitted=cosines_jit_deep)
+  assert_matches(got, want, raw_rtol=2e-5)

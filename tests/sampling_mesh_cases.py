@@ -1,13 +1,16 @@
 """The continuous engine on 8 simulated devices equals the one-device engine (fp32, tiny model).
 
 Run by tests/test_eight_devices.py in its 8-device subprocess with the other 8-device cases (the device
-count is fixed before jax is imported). For meshes (2,2,2), (8,1,1) and (1,2,4) (kv heads replicated: 2 kv
-heads do not split 4 ways), sampled rows with eos, stop-free budgets of 1..20 and 2 samples per
-prompt through more requests than slots: the same tokens (exactly) and log-probs (to 1e-5: tensor
-splits change float summation order) as the engine on one device, the slot state laid out as the
-rules say, slots from a per-device memory budget times the batch devices, and on_finish reports.
+count is fixed before jax is imported). Dense cache on meshes (2,2,2) and (1,2,4) (kv heads replicated:
+2 kv heads do not split 4 ways), paged cache on (2,2,2), (8,1,1) and (1,2,4) (the pool split over the
+batch shards, a pool too small for every row: rows preempted and restarted), sampled rows with eos,
+stop-free budgets of 1..20 and 2 samples per prompt through more requests than slots: the same tokens
+(exactly) and log-probs (to 1e-5: tensor splits change float summation order) as the dense engine on
+one device, the state laid out as the rules say, dense slots from a per-device memory budget times
+the batch devices, every page back in its shard's pool, and on_finish reports.
 """
 import os
+import re
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
@@ -52,16 +55,28 @@ def model():
   return graphdef, params, want
 
 
-@pytest.mark.parametrize("shape", [(2, 2, 2), (8, 1, 1), (1, 2, 4)], ids=["dp2fsdp2tp2", "dp8", "fsdp2tp4"])
-def test_sharded_engine_equals_one_device(model, shape):
+MESH_CASES = [((2, 2, 2), "dense"), ((1, 2, 4), "dense"), ((2, 2, 2), "paged"), ((8, 1, 1), "paged"),
+              ((1, 2, 4), "paged")]
+MESH_IDS = {(2, 2, 2): "dp2fsdp2tp2", (8, 1, 1): "dp8", (1, 2, 4): "fsdp2tp4"}
+PAGE_SIZE, SHARD_PAGES = 4, 16  # rows need up to 13 pages of 4 (bucket 32 + 20): a shard holds one such row
+
+
+@pytest.mark.parametrize("shape,layout", MESH_CASES, ids=[f"{MESH_IDS[m]}-{k}" for m, k in MESH_CASES])
+def test_sharded_engine_equals_one_device(model, shape, layout):
   graphdef, params, want = model
   mesh = sh.make_mesh(shape)
   divisor = sh.batch_divisor(mesh)
-  # 4 slots per device by the budget: exactly what four slots and a one-row prefill need.
   tensor = mesh.shape["tensor"]
-  budget = 4 * batching.bytes_per_slot(CFG, 64, "float32", tensor) + batching.bytes_per_row(CFG, 32, 0)
-  engine = ContinuousEngine(graphdef, None, params, memory_budget_bytes=budget, chunk_tokens=4, cache_length=64,
-                            mesh=mesh, max_prefill_tokens=32, shrink_floor=1)
+  if layout == "dense":
+    # 4 slots per device by the budget: exactly what four slots and a one-row prefill need.
+    budget = 4 * batching.bytes_per_slot(CFG, 64, "float32", tensor) + batching.bytes_per_row(CFG, 32, 0)
+    engine = ContinuousEngine(graphdef, None, params, memory_budget_bytes=budget, chunk_tokens=4, cache_length=64,
+                              mesh=mesh, max_prefill_tokens=32, shrink_floor=1, kv_layout="dense")
+  else:
+    engine = ContinuousEngine(graphdef, None, params, slots=4 * divisor, chunk_tokens=4, cache_length=64, mesh=mesh,
+                              max_prefill_tokens=32, shrink_floor=1, kv_layout="paged", page_size=PAGE_SIZE,
+                              num_pages=SHARD_PAGES)
+    decode_args = _first_decode_args(engine)
   reported = {}
   got = engine.generate(_requests(), CONFIG, jax.random.key(5),
                         on_finish=lambda r, t, text, why: reported.setdefault(r, (t, why)))
@@ -74,8 +89,27 @@ def test_sharded_engine_equals_one_device(model, shape):
     assert got.finish_reasons[r] == want.finish_reasons[r]
     np.testing.assert_array_equal(reported[r][0], want.tokens[r])
   assert sorted(reported) == list(range(len(want)))
-  # Every array of the slot state lives on this mesh: slots over (data, fsdp), kv heads over tensor.
   state = engine._state
+  if layout == "paged":
+    pool = engine.pool
+    assert pool.shards == divisor and pool.num_pages == SHARD_PAGES * divisor
+    pool.check()
+    assert pool.free == pool.capacity  # every page back, in its own shard
+    assert engine.stats.peak_pages > 0
+    # Where a shard gets several rows the pool runs short: rows preempted, restarted, still equal
+    # (dp8 spreads the 20 rows over 32 slots).
+    assert engine.stats.preempted > 0 or divisor == 8
+    heads = "tensor" if CFG.num_key_value_heads % tensor == 0 and tensor > 1 else None
+    for layer in state.pages:
+      for pages in layer:
+        assert pages.sharding.mesh.shape == mesh.shape
+        assert pages.sharding.spec == P(heads, sh.BATCH_AXES)  # pages over the batch shards
+        assert pages.sharding.shard_shape(pages.shape)[1] == SHARD_PAGES
+    assert state.done.sharding.spec == sh.fit_spec(P(sh.BATCH_AXES), state.done.shape, mesh)
+    if shape == (2, 2, 2):
+      _decode_moves_no_page(engine, graphdef, decode_args[0])
+    return
+  # Every array of the slot state lives on this mesh: slots over (data, fsdp), kv heads over tensor.
   for layer in state.cache:
     for cache in layer:
       assert cache.sharding.mesh.shape == mesh.shape
@@ -84,6 +118,35 @@ def test_sharded_engine_equals_one_device(model, shape):
   assert state.done.sharding.spec == sh.fit_spec(P(sh.BATCH_AXES), state.done.shape, mesh)
   for path, leaf in jax.tree_util.tree_leaves_with_path(engine.params):
     assert leaf.sharding.spec == sh.param_spec(sh.path_str(path), leaf.shape, mesh, CFG.head_dim)
+
+
+def _first_decode_args(engine):
+  """Records the shapes and shardings of every paged decode call's arguments (a list, filled as it runs)."""
+  calls, run = [], engine.paged_programs.decode_paged
+
+  def spy(graphdef, *args, **kw):
+    calls.append(jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+                              if isinstance(x, jax.Array) else x, args))
+    return run(graphdef, *args, **kw)
+  engine.paged_programs.decode_paged = spy
+  return calls
+
+
+# An HLO collective's result: "%x = f32[8,1,16]{2,1,0} all-reduce(" or a tuple "(f32[..]{..}, ..) all-reduce(".
+COLLECTIVE = re.compile(r" = (\S+|\(.*?\)) (?:all-gather|all-reduce|all-to-all|collective-permute|reduce-scatter)"
+                        r"(?:-start)?\(")
+
+
+def _decode_moves_no_page(engine, graphdef, args):
+  """The paged decode program (its HLO after SPMD partitioning) moves no KV page between devices: no
+  collective carries arrays of pages (..., page_size, head_dim) or of gathered blocks (..., block
+  columns, head_dim); each device writes and reads its own shard of the pool (write_and_attend)."""
+  hlo = engine.paged_programs.decode_paged_jit(graphdef, args, sampler=CONFIG.sampler, eos_ids=CONFIG.eos_ids,
+                                               attention="gather").lower(*args).compile().as_text()
+  shapes = [dims for m in COLLECTIVE.finditer(hlo) for dims in re.findall(r"\[([0-9,]*)\]", m.group(1))]
+  assert "8,1,16" in shapes  # the activations' collectives are seen (tensor-parallel matmuls, 8 rows a shard)
+  page_data = (f",{PAGE_SIZE},{CFG.head_dim}", f",{engine.page_block * PAGE_SIZE},{CFG.head_dim}")
+  assert not [x for x in shapes if x.endswith(page_data)], shapes
 
 
 def test_decode_and_insert_keep_the_cache_split(model):

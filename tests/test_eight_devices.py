@@ -7,7 +7,7 @@ all in one child pytest process with XLA_FLAGS=--xla_force_host_platform_device_
                                 steps, greedy sampling, HF loading, cross-mesh restore, memory reports,
                                 the FSDP programs' collectives (rows stay on their devices)
   tests/selfplay_mesh_cases.py  a full coding step on two meshes, and the main command on (2, 2, 2)
-  tests/sampling_mesh_cases.py  the continuous engine on three meshes
+  tests/sampling_mesh_cases.py  the continuous engine on three meshes, dense and paged
 One process imports jax, builds the tiny models and starts the sandbox once, and its programs share
 one persistent compile cache (JAX_COMPILATION_CACHE_DIR, tests/conftest.py's .jax_cache unless set):
 later cases and the next run load what earlier ones compiled. Each case is reported by name (the
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.xdist_group("multiprocess")
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # Each case module and the number of cases it must pass: a case lost to a renamed parameter or a
 # module-level skip (fewer than 8 devices) fails here instead of passing unseen.
-CASES = {"tests/sharding_cases.py": 47, "tests/selfplay_mesh_cases.py": 3, "tests/sampling_mesh_cases.py": 5}
+CASES = {"tests/sharding_cases.py": 47, "tests/selfplay_mesh_cases.py": 3, "tests/sampling_mesh_cases.py": 7}
 # A hang ends with the child's output (CI's --timeout=1800 bounds the whole test; the cases take ~4-5 min on
 # 2 quiet cores, but much longer on a loaded machine).
 TIMEOUT_S = 1500

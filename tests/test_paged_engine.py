@@ -98,11 +98,10 @@ def test_the_gpu_kernel_decodes_the_same_rows_through_the_engine(rows):
   assert set(engine.stats.page_buckets) == {16}  # one table width: 56 columns = 14 pages, two blocks of 8
 
 
-def test_auto_layout_is_paged_on_one_device_and_one_engine_switches_layouts(rows):
-  """kv_layout="auto" (the config's default) decodes over pages on one device, with the dense rows; on a
-  larger mesh it is dense (the pool is not sharded yet). The same engine object runs a dense call
-  between two paged ones: each call allocates its own layout's state."""
-  import types
+def test_auto_layout_is_paged_and_one_engine_switches_layouts(rows):
+  """kv_layout="auto" (the config's default) decodes over pages, with the dense rows (on a mesh too:
+  tests/sampling_mesh_cases.py). The same engine object runs a dense call between two paged ones: each
+  call allocates its own layout's state."""
   dense, _, _, _, (graphdef, params, requests, config, key) = rows
   engine = ContinuousEngine(graphdef, _Letters(), params, chunk_tokens=4, kv_layout="auto", page_size=4,
                             memory_budget_bytes=1 << 24)
@@ -114,8 +113,6 @@ def test_auto_layout_is_paged_on_one_device_and_one_engine_switches_layouts(rows
     for r in range(len(dense)):
       np.testing.assert_array_equal(got.tokens[r], dense.tokens[r], err_msg=f"{layout} row {r}")
   assert layouts == ["paged", "dense", "paged"] and engine.pool.free == engine.pool.capacity
-  engine.mesh = types.SimpleNamespace(size=2)
-  assert not engine._pages_pay()
 
 
 def _attention_case(seed=0, b=3, kv=2, g=2, hd=128, ps=16, pages=32, per_row=4):

@@ -94,6 +94,35 @@ def test_samples_share_full_prompt_pages_and_copy_the_partial_one():
   assert pool.free == pool.capacity
 
 
+def test_shards_hand_out_their_own_pages_and_keep_their_trash_pages():
+  """A pool split over 3 batch shards of 5 pages: shard i owns pages 5i..5i+4, 5i its trash page; a
+  row's pages all come from its shard, and running one shard dry leaves the others untouched."""
+  pool = PagePool(15, 4, shards=3)
+  tables = PageTables(pool)
+  assert pool.capacity == 12 and [pool.free_in(i) for i in range(3)] == [4, 4, 4]
+  shared = tables.prompt_pages(8, shard=1)  # 2 full pages on shard 1
+  assert shared == [6, 7]
+  row = tables.admit(4, shared, 9, shard=1)  # + a private page for the 9th column
+  assert row == [6, 7, 8] and all(pool.shard_of(p) == 1 for p in row)
+  with pytest.raises(ValueError, match="not all on shard 2"):
+    tables.admit(8, shared, 9, shard=2)
+  tables.grow(4, 16)
+  assert tables.rows[4].pages == [6, 7, 8, 9] and pool.free_in(1) == 0
+  with pytest.raises(OutOfPages, match="on shard 1"):
+    tables.grow(4, 17)
+  assert [pool.free_in(i) for i in (0, 2)] == [4, 4]
+  assert tables.admit(0, [], 3, shard=2) == [11]
+  pool.release(shared)
+  tables.finish(4)
+  tables.finish(0)
+  pool.check()
+  assert pool.free == pool.capacity and not any(pool.refs)
+  with pytest.raises(ValueError, match="not allocated"):
+    pool.share([10])  # shard 2's trash page
+  with pytest.raises(ValueError, match="does not split into 4 equal shards"):
+    PagePool(15, 4, shards=4)
+
+
 def test_errors():
   pool = PagePool(4, 4)
   with pytest.raises(OutOfPages, match="4 pages wanted, 3 free"):

@@ -216,8 +216,8 @@ def base_config(setting: str, variant: str) -> ml_collections.ConfigDict:
   # continuous: GB per device for decode slots (KV cache + per-step temporaries); 0 = half the device's
   # free memory where jax reports it (GPU/TPU), else 2 GB (CPU) (sampling/batching.py)
   config.sampling.memory_budget_gb = 0.0
-  # continuous: "auto" (paged on one device, dense on a larger mesh: pages measured 1.7x on the loop
-  # workload) | "dense" (a cache row per slot) | "paged" (a page pool, one device only); docs/sampling.md
+  # continuous: "auto" (paged: pages measured 1.7x on the loop workload) | "dense" (a cache row per slot) |
+  # "paged" (a page pool; on a mesh split over the batch shards as the slots are); docs/sampling.md
   config.sampling.kv_layout = "auto"
   # paged: the decode attention: "auto" (Pallas paged kernels on GPU / TPU, the pure-JAX gather on CPU) |
   # "gather" | "pallas_gpu" | "pallas_tpu" (sampling/paged_kernels.py)

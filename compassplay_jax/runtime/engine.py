@@ -461,10 +461,7 @@ class Engine:
       elif name == "continuous":
         budget_gb = float(sampling.memory_budget_gb)
         budget = int(budget_gb * 2 ** 30) if budget_gb > 0 else batching.device_memory_budget(mesh.devices.flat)
-        kv_layout = sampling.get("kv_layout", "auto")  # "auto" is dense on a larger mesh
-        if kv_layout == "paged" and mesh.size > 1:
-          _log.warning("sampling.kv_layout='paged' runs on one device for now; this mesh has %d: dense", mesh.size)
-          kv_layout = "dense"
+        kv_layout = sampling.get("kv_layout", "auto")  # "auto": paged (on any mesh: pages over the batch shards)
         self.rollout = make_engine(name, self.graphdef, tokenizer, mesh=mesh, memory_budget_bytes=budget,
                                    chunk_tokens=sampling.chunk_tokens, kv_layout=kv_layout,
                                    paged_attention=sampling.get("paged_attention", "auto"))

@@ -117,8 +117,8 @@ class ContinuousEngine(RolloutEngine):
     device), move them there (repeatedly, down to shrink_floor per batch device), so the last rows of
     a call do not decode beside empty slots (slots.compact; each device keeps its own rows).
   kv_layout: "dense" (a cache row per slot), "paged" (a pool of page_size-column pages; num_pages,
-    paged_fill: the pool's size; docs/sampling.md "Paged KV cache"; one device), or "auto": paged on
-    one device, dense on a larger mesh (docs/sampling.md, "Which layout").
+    paged_fill: the pool's size, per batch shard on a mesh; docs/sampling.md "Paged KV cache"), or
+    "auto": paged (docs/sampling.md, "Which layout").
   paged_attention: the paged decode's attention: "auto" (a Pallas kernel on GPU and TPU, the pure-JAX
     gather elsewhere), "gather", "pallas_gpu" or "pallas_tpu" (paged_kernels.py); paged_interpret runs
     a Pallas kernel in interpret mode (CPU tests).
@@ -155,8 +155,6 @@ class ContinuousEngine(RolloutEngine):
     self.max_prefill_tokens, self.shrink, self.shrink_floor = max_prefill_tokens, shrink, shrink_floor
     if kv_layout not in KV_LAYOUTS:
       raise ValueError(f"kv_layout {kv_layout!r} is not one of {KV_LAYOUTS}")
-    if kv_layout == "paged" and mesh is not None and mesh.size > 1:
-      raise ValueError("kv_layout='paged' runs on one device for now (mesh of size 1 or None)")
     if page_size < 1 or not 0 < paged_fill <= 1:
       raise ValueError(f"page_size={page_size} must be >= 1 and paged_fill={paged_fill} in (0, 1]")
     self.kv_layout, self.page_size, self.num_pages, self.paged_fill = kv_layout, page_size, num_pages, paged_fill
@@ -167,7 +165,7 @@ class ContinuousEngine(RolloutEngine):
     self.page_block = max(1, 64 // page_size)  # pages per attention block: 64 columns
     self.mesh = mesh
     self.programs = slots_lib.SlotPrograms(mesh, None)
-    self.paged_programs = paged_slots.PagedPrograms()
+    self.paged_programs = paged_slots.PagedPrograms(mesh, None)
     self.pool: pages_lib.PagePool | None = None  # the paged engine's last pool (tests read its accounting)
     self.stats = EngineStats()
     self.params = self._source = self.model_config = None
@@ -185,7 +183,7 @@ class ContinuousEngine(RolloutEngine):
     self._source = None
     self.params = None  # drop the old copy before making the new one
     self.model_config = graphdef_config(self.graphdef, params)
-    self.programs.head_dim = self.model_config.head_dim
+    self.programs.head_dim = self.paged_programs.head_dim = self.model_config.head_dim
     self.params = self.programs.cast_params(params, self.model_config.dtype)
     self._source = params
 
@@ -239,12 +237,13 @@ class ContinuousEngine(RolloutEngine):
   def _prefill_size(self, prompts: int, bucket: int) -> int:
     return min(self._round(batching.pow2_at_least(prompts)), self.prefill_rows_cap(bucket))
 
-  def _pages_pay(self) -> bool:
-    """kv_layout="auto": pages wherever the engine runs on one device (the pool is not sharded yet).
-    Measured on the loop workload (docs/sampling.md, "Which layout"): 1.69x the dense engine's useful
-    tok/s at a budget where pages fit twice the slots, and 1.72x at one where both hold every row
-    (paged decode reads only the filled pages, dense attends over a power-of-two window)."""
-    return self.mesh is None or self.mesh.size == 1
+  def uses_pages(self) -> bool:
+    """Whether calls decode over a page pool: kv_layout "paged", or "auto" (on any mesh). Measured on
+    the loop workload (docs/sampling.md, "Which layout"): 1.69x the dense engine's useful tok/s at a
+    budget where pages fit twice the slots, and 1.72x at one where both hold every row (paged decode
+    reads only the filled pages, dense attends over a power-of-two window); on a mesh each device
+    holds its slots' pages (PagedPrograms), so the same holds per device."""
+    return self.kv_layout in ("paged", "auto")
 
   def _ensure_state(self, key, slots: int, length: int):
     state, self._state = self._state, None  # donated below; kept again at the end
@@ -268,7 +267,7 @@ class ContinuousEngine(RolloutEngine):
       raise ValueError("ContinuousEngine has no params: call update_params first")
     requests = as_requests(requests)
     prompt_ids = encode_prompts(self.tokenizer, [r.prompt for r in requests])
-    if self.kv_layout == "paged" or (self.kv_layout == "auto" and self._pages_pay()):
+    if self.uses_pages():
       return self._generate_paged(requests, config, key, on_finish, prompt_ids)
     eos_ids = resolve_eos_ids(self.tokenizer, config)
     pad_id = resolve_pad_id(self.tokenizer, eos_ids)
@@ -383,26 +382,30 @@ class ContinuousEngine(RolloutEngine):
   # ---- the paged KV cache (kv_layout="paged": pages.py, paged_slots.py) ---------------------------
 
   def paged_layout(self, need: int, max_bucket: int, max_new: int, rows: int) -> tuple[int, int]:
-    """(slots, pool pages with the trash page) for a paged call whose rows need up to `need` columns.
-    With `slots`: the pool holds that many full rows (the dense cache's memory) unless num_pages says;
-    with a memory budget: batching.paged_layout_for_budget, rows expected to fill paged_fill of the
-    budget. Either way no more slots than the call's rows (a power of two)."""
-    ps = self.page_size
+    """(slots, pool pages with the trash pages) for a paged call whose rows need up to `need` columns;
+    on a mesh the pool is split evenly over the batch shards (each shard's pages: its slots' share,
+    its own trash page; num_pages counts per shard). With `slots`: the pool holds that many full rows
+    (the dense cache's memory) unless num_pages says; with a memory budget (per device):
+    batching.paged_layout_for_budget, rows expected to fill paged_fill of the budget. Either way no
+    more slots than the call's rows (a power of two per shard)."""
+    ps, d = self.page_size, self.programs.batch_divisor
     row_pages = pages_lib.pages_for(need, ps)
     if self.slots is not None:
       slots = self._round(self.slots)
-      num_pages = self.num_pages or slots * row_pages + 1
+      per_shard = self.num_pages or slots // d * row_pages + 1
     else:
-      slots, num_pages = batching.paged_layout_for_budget(
+      local, per_shard = batching.paged_layout_for_budget(
           self.model_config, self.memory_budget_bytes, ps, self.cache_dtype, max_bucket,
-          max_bucket + self.paged_fill * max_new, need, prefill_rows=self.prefill_rows_cap(max_bucket))
-      num_pages = self.num_pages or num_pages
-    if num_pages - 1 < row_pages:
-      raise ValueError(f"a pool of {num_pages - 1} pages of {ps} holds no row of {need} columns")
+          max_bucket + self.paged_fill * max_new, need, tensor=self.programs.tensor_size,
+          prefill_rows=self.prefill_rows_cap(max_bucket) // d)
+      slots, per_shard = local * d, self.num_pages or per_shard
+    if per_shard - 1 < row_pages:
+      raise ValueError(f"a pool of {per_shard - 1} pages of {ps}" + (" per batch shard" if d > 1 else "")
+                       + f" holds no row of {need} columns")
     slots = min(slots, self._round(batching.pow2_at_least(rows)))
     if self.num_pages is None:  # no more pages than the call's slots can hold at once, grown whole
-      num_pages = min(num_pages, slots * row_pages + 1)
-    return slots, num_pages
+      per_shard = min(per_shard, slots // d * row_pages + 1)
+    return slots, per_shard * d
 
   def _ensure_paged(self, key, slots: int, num_pages: int):
     state, self._state = self._state, None
@@ -447,11 +450,13 @@ class ContinuousEngine(RolloutEngine):
     queue = collections.deque(i * n + j for i in order for j in range(n))
     queued = collections.Counter(rows[r].request for r in queue)
     state = self._ensure_paged(key, slots, num_pages)
-    pool = self.pool = pages_lib.PagePool(num_pages, ps)
+    d = self.programs.batch_divisor  # pool shards: a row's pages live on its slot's batch shard
+    pool = self.pool = pages_lib.PagePool(num_pages, ps, shards=d)
     tables = pages_lib.PageTables(pool)
     stats = self.stats = EngineStats(slots=slots, cache_length=need, pages=pool.capacity)
     prefilled: dict[int, tuple[_Prefill, int]] = {}
-    shared: dict[int, list[int]] = {}  # request -> its prompt's full pages (the prompt holds a reference)
+    # request -> {shard: its prompt's full pages there} (the prompt holds a reference to each)
+    shared: dict[int, dict[int, list[int]]] = collections.defaultdict(dict)
     in_slot: list[int | None] = [None] * slots
     host_done = np.zeros((slots,), bool)
     checked = [0] * len(rows)
@@ -460,6 +465,9 @@ class ContinuousEngine(RolloutEngine):
     def reach(r: int) -> int:  # columns row r holds through its next chunk
       row = rows[r]
       return max(row.columns, min(row.columns + max(len(row.tokens), 1) - 1 + chunk, row.columns + row.budget - 1))
+
+    def shard(b: int) -> int:  # slots split over the batch shards in equal contiguous ranges
+      return b // (len(in_slot) // d)
 
     def evict(b: int) -> None:
       r = in_slot[b]
@@ -484,31 +492,39 @@ class ContinuousEngine(RolloutEngine):
             tables.grow(b, reach(in_slot[b]))
             break
           except pages_lib.OutOfPages:
-            younger = [c for c in live[i + 1:] if in_slot[c] is not None]
+            younger = [c for c in live[i + 1:] if in_slot[c] is not None and shard(c) == shard(b)]
             evict(younger[-1] if younger else b)
       if not (self.refill == "static" and any(r is not None for r in in_slot)):
-        free = [b for b in range(len(in_slot)) if in_slot[b] is None]
-        taken, plan, reserved = [], {}, 0
-        while queue and len(taken) < len(free):
-          row = rows[queue[0]]
-          want = pages_lib.pages_for(reach(queue[0]), ps) - len(shared.get(row.request, ()))
-          if reserved + want > pool.free:
+        # Free slots round-robin over the shards (each device gets its share of the rows); a row goes
+        # to the next free slot whose shard has the pages for it.
+        local = len(in_slot) // d
+        free_slots = sorted((b for b in range(len(in_slot)) if in_slot[b] is None), key=lambda b: (b % local, b // local))
+        free, taken, plan, reserved = [], [], {}, [0] * d
+        for b in free_slots:
+          if not queue:
             break
-          reserved += want
+          row = rows[queue[0]]
+          want = pages_lib.pages_for(reach(queue[0]), ps) - len(shared[row.request].get(shard(b), ()))
+          if reserved[shard(b)] + want > pool.free_in(shard(b)):
+            continue
+          reserved[shard(b)] += want
+          free.append(b)
           taken.append(queue.popleft())
         for b, r in zip(free, taken):
           row = rows[r]
           todo = []  # (pool page, prompt column) copies this admission needs
-          if row.request not in shared:
-            shared[row.request] = tables.prompt_pages(row.columns)
-            todo += [(p, j * ps) for j, p in enumerate(shared[row.request])]
-          own = tables.admit(b, shared[row.request], row.columns)
+          prompt = shared[row.request]
+          if shard(b) not in prompt:
+            prompt[shard(b)] = tables.prompt_pages(row.columns, shard(b))
+            todo += [(p, j * ps) for j, p in enumerate(prompt[shard(b)])]
+          own = tables.admit(b, prompt[shard(b)], row.columns, shard(b))
           if row.columns % ps:
             todo.append((own[row.columns // ps], row.columns // ps * ps))
           tables.grow(b, reach(r))
           queued[row.request] -= 1
-          if not queued[row.request]:
-            pool.release(shared.pop(row.request))  # the prompt's own reference: its samples keep theirs
+          if not queued[row.request]:  # the prompt's own references: its samples keep theirs
+            for pages in shared.pop(row.request).values():
+              pool.release(pages)
           plan[b] = todo
         if taken:
           in_taken = collections.Counter(rows[r].request for r in taken)
@@ -535,7 +551,9 @@ class ContinuousEngine(RolloutEngine):
           raise RuntimeError(f"no row fits the pool of {pool.capacity} pages")
         break
       if self.shrink and not queue and self.refill == "continuous":
-        def compact(st, keep, valid):
+        def compact(st, keep, valid, old_local=len(in_slot) // d):
+          # _shrink's keep is per shard (local slot numbers); the pages stay on their shard.
+          keep = keep + np.arange(len(keep), dtype=keep.dtype) // (len(keep) // d) * old_local
           tables.move({int(keep[k]): k for k in range(len(keep)) if valid[k]})
           return self.paged_programs.compact_paged(st, keep, valid)
         state, in_slot, host_done = self._shrink(state, in_slot, host_done, compact=compact)
@@ -556,9 +574,12 @@ class ContinuousEngine(RolloutEngine):
         write_base[b] = base
         part = held[base:base + width]
         write_pages[b, :len(part)] = part
-      if self.paged_attention == "gather":  # the live rows' pages, in blocks, padded to a bucket
-        bucket = paged_slots.page_bucket(blocks_for(counts, self.page_block))
-        pages_read = flat_blocks(table, counts, bucket, ps, self.page_block)
+      if self.paged_attention == "gather":  # the live rows' pages, in blocks, padded to a bucket per shard
+        local = slots // d
+        parts = [(table[i * local:(i + 1) * local], counts[i * local:(i + 1) * local]) for i in range(d)]
+        bucket = paged_slots.page_bucket(max(blocks_for(c, self.page_block) for _, c in parts))
+        pages_read = tuple(np.concatenate(x) for x in zip(*(flat_blocks(t, c, bucket, ps, self.page_block)
+                                                             for t, c in parts)))
       else:  # a kernel reads each row's own pages up to its length: one table width per call
         bucket = paged_kernels.table_width(pages_lib.pages_for(need, ps))
         pages_read = (np.pad(table, ((0, 0), (0, bucket - table.shape[1]))),)

@@ -19,6 +19,10 @@ call only what it needs:
       attention="pallas_gpu" | "pallas_tpu": pages_read = (table,), each row's pages (B, P), and the
       kernel reads each row's pages up to its length (paged_kernels.kernel_attention).
 
+On a mesh (PagedPrograms(mesh)) the pool's pages are split over the batch axes like the slots (a
+row's pages on its slot's device: pages.PagePool shards) and its KV heads over tensor where they
+divide; page ids stay global and write_and_attend makes them local on each device.
+
 Token draws use the same keys as slots.py (fold_in(request, sample, t)), so a row's tokens do not
 depend on its slot, its pages or when it starts: the paged engine's rows equal the dense engine's.
 """
@@ -30,14 +34,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec as P
 
+from compassplay_jax.infra import sharding as sh
 from compassplay_jax.models import rope
+from compassplay_jax.models.layout import BATCH_AXES
 from compassplay_jax.models.config import ModelConfig
 from compassplay_jax.models.decoder import KVCache
 from compassplay_jax.models.ops import DEFAULT_OPS
 from compassplay_jax.sampling.config import SamplerParams
 from compassplay_jax.sampling.paged_kernels import blocks_for, gather_attention, kernel_attention
-from compassplay_jax.sampling.slots import Admit, Prefix, _is_eos, _row_keys, decode_rows
+from compassplay_jax.sampling.slots import Admit, Prefix, _HostArgsPlaced, _is_eos, _row_keys, decode_rows
 
 
 class PagedState(NamedTuple):
@@ -139,28 +146,68 @@ def forward_one(model, tokens, positions, attend):
   return logits[:, -1].astype(jnp.float32), kept
 
 
+def kv_head_axis(mesh, kv_heads: int):
+  """The mesh axis the pool's KV heads are split over: tensor where it divides them (as the dense
+  cache, sharding.decode_state_shardings), else none (each tensor device holds every head)."""
+  t = 1 if mesh is None else mesh.shape["tensor"]
+  return "tensor" if t > 1 and kv_heads % t == 0 else None
+
+
+def write_and_attend(q, k, v, layer: KVCache, write_page, write_off, pages_read, lengths, *,
+                     attention: str = "gather", interpret: bool = False, mesh=None):
+  """One layer's paged step: k, v (B, kv, hd) written at (write_page, write_off), then q (B, kv, g, hd)
+  attends over the rows' pages. Returns (out (B, kv, g, hd), the layer's pool).
+
+  Page ids are global (pages.PagePool). On a mesh this runs per device (shard_map): the device's
+  rows, its shard of the pool (pages over the batch axes, KV heads over tensor where they divide)
+  and its rows' page ids made local, so no page and no query crosses devices. pages_read: the
+  gather's (block_pages, block_row, block_start), each device's blocks with its own rows (local
+  row ids; paged_kernels.flat_blocks per shard), or a kernel's (table,)."""
+  def local(q, k, v, kc, vc, write_page, write_off, lengths, *pages_read):
+    n = kc.shape[1]  # this device's pages
+    first = (0 if mesh is None else jax.lax.axis_index(BATCH_AXES)) * n
+    # Another shard's page (never a live row's: pages.PagePool) or padding -> this shard's trash page.
+    to_local = lambda p: jnp.where((p >= first) & (p < first + n), p - first, 0)
+    at = to_local(write_page)
+    # k, v (B, kv, hd) -> the pool's (kv, B, hd) at [:, page[b], offset[b]]
+    kp = kc.at[:, at, write_off].set(jnp.swapaxes(k, 0, 1).astype(kc.dtype))
+    vp = vc.at[:, at, write_off].set(jnp.swapaxes(v, 0, 1).astype(vc.dtype))
+    if attention == "gather":
+      block_pages, block_row, block_start = pages_read
+      out = gather_attention(q, kp, vp, to_local(block_pages), block_row, block_start, lengths)
+    else:
+      (table,) = pages_read
+      out = kernel_attention(q, kp, vp, to_local(table), lengths, kind=attention, interpret=interpret)
+    return out, kp, vp
+
+  args = (q, k, v, layer.k, layer.v, write_page, write_off, lengths, *pages_read)
+  if mesh is None:
+    out, kp, vp = local(*args)
+  else:
+    heads = kv_head_axis(mesh, layer.k.shape[0])
+    rows, pool = P(BATCH_AXES), P(heads, BATCH_AXES)
+    qs = P(BATCH_AXES, heads)
+    out, kp, vp = jax.shard_map(local, mesh=mesh, in_specs=(qs, qs, qs, pool, pool, rows, rows, rows)
+                                + (rows,) * len(pages_read), out_specs=(qs, pool, pool))(*args)
+  return out, KVCache(kp, vp)
+
+
 def paged_forward(model, tokens, positions, pages, write_page, write_off, pages_read, lengths,
-                  attention: str = "gather", interpret: bool = False):
+                  attention: str = "gather", interpret: bool = False, mesh=None):
   """Logits (B, V) float32 for one token per row, and the pages with its k, v written at
   (write_page, write_off): the cache attention replaced by a paged write and the paged attention
-  (`gather_attention` over blocks, or a Pallas kernel over each row's page table)."""
+  (`gather_attention` over blocks, or a Pallas kernel over each row's page table; write_and_attend)."""
   def attend(i, q, k, v):
-    layer = pages[i]
-    # k, v (B, kv, hd) -> the pool's (kv, B, hd) at [:, write_page[b], write_off[b]]
-    kp = layer.k.at[:, write_page, write_off].set(jnp.swapaxes(k, 0, 1).astype(layer.k.dtype))
-    vp = layer.v.at[:, write_page, write_off].set(jnp.swapaxes(v, 0, 1).astype(layer.v.dtype))
-    if attention == "gather":
-      out = gather_attention(q, kp, vp, *pages_read, lengths)
-    else:
-      out = kernel_attention(q, kp, vp, *pages_read, lengths, kind=attention, interpret=interpret)
-    return out, KVCache(kp, vp)
+    return write_and_attend(q, k, v, pages[i], write_page, write_off, pages_read, lengths, attention=attention,
+                            interpret=interpret, mesh=mesh)
   return forward_one(model, tokens, positions, attend)
 
 
 def decode_paged(graphdef, params, state: PagedState, host_done, refill_at, write_pages, write_base, *pages_read,
-                 sampler: SamplerParams, eos_ids: tuple[int, ...], attention: str = "gather", interpret: bool = False):
+                 sampler: SamplerParams, eos_ids: tuple[int, ...], attention: str = "gather", interpret: bool = False,
+                 mesh=None):
   """slots.decode_chunk over pages (same stopping rules, same outputs). pages_read: the gather's
-  (flat_page, flat_row, flat_start), or a kernel's (table,) (module doc)."""
+  (flat_page, flat_row, flat_start), or a kernel's (table,) (module doc); mesh: write_and_attend's."""
   model = nnx.merge(graphdef, params)
   ps = state.pages[0].k.shape[2]
   rows = jnp.arange(state.out_tokens.shape[0])
@@ -170,7 +217,7 @@ def decode_paged(graphdef, params, state: PagedState, host_done, refill_at, writ
     index = jnp.clip(st.length // ps - write_base, 0, write_pages.shape[1] - 1)
     write_page = jnp.where(live, write_pages[rows, index], 0)
     logits, pages = paged_forward(model, st.last_token, st.positions, st.pages, write_page, st.length % ps,
-                                  pages_read, st.length + 1, attention, interpret)
+                                  pages_read, st.length + 1, attention, interpret, mesh)
     return logits, st._replace(pages=pages, length=st.length + live.astype(jnp.int32))
 
   return decode_rows(state, host_done, refill_at, forward, sampler=sampler, eos_ids=eos_ids)
@@ -189,9 +236,18 @@ def write_columns(chunk: int, page_size: int) -> int:
 
 
 class PagedPrograms:
-  """The paged functions jitted on one device (no mesh yet), cached per (static knobs, shapes)."""
+  """The paged functions jitted for one mesh, cached per (static knobs, shapes).
 
-  def __init__(self):
+  mesh: a (data, fsdp, tensor) mesh: slots and per-slot arrays over (data, fsdp), the pool's pages
+  over (data, fsdp) and its KV heads over tensor where they divide (kv_head_axis), params by the
+  partition rules, admission arrays replicated; the decode step's write and attention per device
+  (write_and_attend). Insert and compact run with global page ids and slot numbers (XLA moves what
+  crosses devices: a prompt page's copy, never a decode step's read). None: plain jits on one device."""
+
+  def __init__(self, mesh=None, head_dim: int | None = None):
+    if mesh is not None and mesh.size == 1:
+      mesh = None
+    self.mesh, self.head_dim = mesh, head_dim
     self._jits: dict = {}
     self.compiles = {"init_paged": 0, "insert_paged": 0, "decode_paged": 0, "compact_paged": 0}
 
@@ -206,27 +262,69 @@ class PagedPrograms:
   def _shapes(tree):
     return tuple((tuple(getattr(x, "shape", ())), str(getattr(x, "dtype", ""))) for x in jax.tree.leaves(tree))
 
+  # ---- layouts (a mesh only) ---------------------------------------------------------------------
+
+  def _rows(self, tree):
+    """Leading dim over (data, fsdp) (where it divides), scalars replicated."""
+    def one(x):
+      shape = tuple(getattr(x, "shape", ()))
+      return sh.replicated(self.mesh) if not shape else NamedSharding(
+          self.mesh, sh.fit_spec(P(BATCH_AXES), shape, self.mesh))
+    return jax.tree.map(one, tree)
+
+  def _repl(self, tree):
+    return jax.tree.map(lambda _: sh.replicated(self.mesh), tree)
+
+  def state_shardings(self, state: PagedState) -> PagedState:
+    pool = NamedSharding(self.mesh, P(kv_head_axis(self.mesh, state.pages[0].k.shape[0]), BATCH_AXES))
+    return self._rows(state._replace(pages=[]))._replace(pages=[KVCache(pool, pool) for _ in state.pages])
+
+  # ---- programs ----------------------------------------------------------------------------------
+
   def init_paged(self, key, **static):
     def build():
       def init_paged_program(k):
         return init_paged(k, **static)
-      return jax.jit(init_paged_program)
+      if self.mesh is None:
+        return jax.jit(init_paged_program)
+      out = self.state_shardings(jax.eval_shape(init_paged_program, key))
+      return _HostArgsPlaced(jax.jit(init_paged_program, in_shardings=sh.replicated(self.mesh), out_shardings=out),
+                             (sh.replicated(self.mesh),))
     return self._jit("init_paged", (tuple(sorted(static.items())), self._shapes(key)), build)(key)
 
   def insert_paged(self, state, prefix, admit, copies, key, *, eos_ids):
     def build():
       def insert_paged_program(st, pre, adm, cop, k):
         return insert_paged(st, pre, adm, cop, k, eos_ids=eos_ids)
-      return jax.jit(insert_paged_program, donate_argnums=(0,))
+      if self.mesh is None:
+        return jax.jit(insert_paged_program, donate_argnums=(0,))
+      s_sh = self.state_shardings(state)
+      ins = (s_sh, sh.decode_state_shardings(self.mesh, prefix), self._repl(admit), self._repl(copies),
+             sh.replicated(self.mesh))
+      return _HostArgsPlaced(jax.jit(insert_paged_program, in_shardings=ins, out_shardings=s_sh,
+                                     donate_argnums=(0,)), ins)
     sig = (eos_ids, self._shapes((state, prefix, admit, copies, key)))
     return self._jit("insert_paged", sig, build)(state, prefix, admit, copies, key)
 
   def decode_paged_jit(self, graphdef, args, *, sampler, eos_ids, attention="gather", interpret=False):
+    """The jitted (params, state, host_done, refill_at, write_pages, write_base, *pages_read) ->
+    (state, Emitted) for these shapes (args may be ShapeDtypeStructs)."""
+    mesh = self.mesh
+
     def build():
       def decode_paged_program(p, st, *rest):
         return decode_paged(graphdef, p, st, *rest, sampler=sampler, eos_ids=eos_ids, attention=attention,
-                            interpret=interpret)
-      return jax.jit(decode_paged_program, donate_argnums=(1,))
+                            interpret=interpret, mesh=mesh)
+      if mesh is None:
+        return jax.jit(decode_paged_program, donate_argnums=(1,))
+      params, state, *rest = args
+      s_sh = self.state_shardings(state)
+      refill_at = rest[1]
+      ins = (sh.tree_shardings(params, mesh, self.head_dim), s_sh, self._rows(rest[0]), self._repl(refill_at),
+             *self._rows(tuple(rest[2:])))
+      out = jax.eval_shape(decode_paged_program, *args)
+      return _HostArgsPlaced(sh.jit(decode_paged_program, in_shardings=ins, out_shardings=(s_sh, self._rows(out[1])),
+                                    donate_argnums=(1,)), ins)
     sig = (graphdef, sampler, eos_ids, attention, interpret, self._shapes(args))
     return self._jit("decode_paged", sig, build)
 
@@ -235,8 +333,15 @@ class PagedPrograms:
                                  interpret=interpret)(*args)
 
   def compact_paged(self, state, keep, valid):
-    sig = self._shapes((state, keep))
-    return self._jit("compact_paged", sig, lambda: jax.jit(compact_paged, donate_argnums=(0,)))(state, keep, valid)
+    """keep, valid (new slots,): global slot numbers (a mesh's shrink keeps each row on its device:
+    continuous.ContinuousEngine._shrink)."""
+    def build():
+      if self.mesh is None:
+        return jax.jit(compact_paged, donate_argnums=(0,))
+      s_sh = self.state_shardings(state)
+      ins = (s_sh, sh.replicated(self.mesh), sh.replicated(self.mesh))
+      return _HostArgsPlaced(jax.jit(compact_paged, in_shardings=ins, out_shardings=s_sh, donate_argnums=(0,)), ins)
+    return self._jit("compact_paged", self._shapes((state, keep)), build)(state, keep, valid)
 
   def compile_counts(self) -> dict:
     return dict(self.compiles)

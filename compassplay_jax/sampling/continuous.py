@@ -654,9 +654,8 @@ class ContinuousEngine(RolloutEngine):
     timed or latency-sensitive call compiles nothing. Runs no decode steps."""
     if self.params is None:
       raise ValueError("ContinuousEngine has no params: call update_params first")
-    if self.kv_layout == "paged":
-      raise NotImplementedError("precompile of the paged engine (its decode programs follow the live pages' "
-                                "bucket): run one call of the workload instead")
+    if self.uses_pages():
+      return self._precompile_paged(config, prompt_buckets, key, rows)
     eos_ids = resolve_eos_ids(self.tokenizer, config)
     pad_id = resolve_pad_id(self.tokenizer, eos_ids)
     key = as_prng_key(key)
@@ -677,14 +676,7 @@ class ContinuousEngine(RolloutEngine):
             np.zeros((p,), np.int32), key, n_samples=config.n_samples, sampler=config.sampler,
             cache_dtype=self.cache_dtype)
         state = self.programs.insert(state, prefix, self.programs.admit_arrays(slots), key, eos_ids=eos_ids)
-    d = self.programs.batch_divisor
-    sizes = [slots]  # every slot count shrinking can reach, largest first
-    if self.shrink:
-      p = batching.pow2_at_least(slots // d)
-      while p > self.shrink_floor:
-        p //= 2
-        if p * d < slots:
-          sizes.append(d * p)
+    sizes = self._shrink_sizes(slots)
     # One size at a time (at most two caches alive, as when a call shrinks): its decode programs, then
     # its compactions to every smaller size, keeping the next size's state.
     for i, size in enumerate(sizes):
@@ -699,6 +691,69 @@ class ContinuousEngine(RolloutEngine):
         out = self.programs.compact(state, np.zeros((target,), np.int32), np.zeros((target,), bool))
         smaller = out if smaller is None else smaller
       state = jax.block_until_ready(smaller) if smaller is not None else None
+
+  def _shrink_sizes(self, slots: int) -> list[int]:
+    """Every slot count the drain's shrinking can reach from `slots`, largest first."""
+    d = self.programs.batch_divisor
+    sizes = [slots]
+    if self.shrink:
+      p = batching.pow2_at_least(slots // d)
+      while p > self.shrink_floor:
+        p //= 2
+        if p * d < slots:
+          sizes.append(d * p)
+    return sizes
+
+  def _precompile_paged(self, config: SamplingConfig, prompt_buckets, key, rows) -> None:
+    """`precompile` for the paged layout: the pool of a call whose longest row needs (largest bucket +
+    max_new_tokens) columns (a call needing fewer gets a smaller pool unless num_pages is set, so set it
+    where calls vary), prefill and insert per bucket and prefill size, decode per slot count and page
+    bucket (gather: every bucket the live blocks can reach, paged_slots.page_bucket; a kernel: the
+    table width), compact per pair of slot counts."""
+    eos_ids = resolve_eos_ids(self.tokenizer, config)
+    pad_id = resolve_pad_id(self.tokenizer, eos_ids)
+    key = as_prng_key(key)
+    top = max(prompt_buckets)
+    need = top + config.max_new_tokens
+    slots, num_pages = self.paged_layout(need, top, config.max_new_tokens, 1 << 30 if rows is None else rows)
+    self._state = None
+    state = self._ensure_paged(key, slots, num_pages)
+    ps, d = self.page_size, self.programs.batch_divisor
+    most_prompts = -(-slots // config.n_samples)
+    for bucket in sorted(set(prompt_buckets)):
+      for p in sorted({self._prefill_size(c, bucket) for c in range(1, most_prompts + 1)}):
+        prefix = self.programs.prefill_prompts(
+            self.graphdef, self.params, np.full((p, bucket), pad_id, np.int32), np.ones((p, bucket), np.int32),
+            np.zeros((p,), np.int32), key, n_samples=config.n_samples, sampler=config.sampler,
+            cache_dtype=self.cache_dtype)
+        size = slots * (prefix.cache[0].k.shape[1] // ps + 2)  # as _generate_paged's copies
+        none = paged_slots.Copies(*(np.zeros(size, np.int32) for _ in range(3)), np.int32(0))
+        state = self.paged_programs.insert_paged(state, prefix, self.programs.admit_arrays(slots), none, key,
+                                                 eos_ids=eos_ids)
+    row_pages, per_shard = pages_lib.pages_for(need, ps), num_pages // d
+    width = paged_slots.write_columns(self.chunk_tokens, ps)
+    sizes = self._shrink_sizes(slots)
+    for i, size in enumerate(sizes):
+      local = size // d
+      if self.paged_attention == "gather":  # blocks of one shard: its rows' pages, at most its pool's
+        most = min(local * -(-row_pages // self.page_block), -(-(per_shard - 1) // self.page_block) + local)
+        reads = [(np.zeros((d * b, self.page_block), np.int32), np.full((d * b,), local, np.int32),
+                  np.zeros((d * b,), np.int32)) for b in sorted({paged_slots.page_bucket(n) for n in range(most + 1)})]
+      else:
+        reads = [(np.zeros((size, paged_kernels.table_width(row_pages)), np.int32),)]
+      for pages_read in reads:
+        state, _ = self.paged_programs.decode_paged(
+            self.graphdef, self.params, state, np.ones((size,), bool), np.int32(size + 1),
+            np.zeros((size, width), np.int32), np.zeros((size,), np.int32), *pages_read, sampler=config.sampler,
+            eos_ids=eos_ids, attention=self.paged_attention, interpret=self.paged_interpret)
+      smaller = None
+      for target in sizes[i + 1:]:
+        out = self.paged_programs.compact_paged(state, np.zeros((target,), np.int32), np.zeros((target,), bool))
+        smaller = out if smaller is None else smaller
+      state = jax.block_until_ready(smaller) if smaller is not None else None
+    # The smaller states share the pool, which their decodes donated: a call allocates a fresh pool
+    # (init_paged is compiled).
+    self._state = None
 
   @staticmethod
   def _finish(row: _Row, checked: int, eos_ids) -> bool:

@@ -224,7 +224,8 @@ def decode_paged(graphdef, params, state: PagedState, host_done, refill_at, writ
 
 
 def compact_paged(state: PagedState, keep, valid) -> PagedState:
-  """slots.compact without moving any KV: the pages stay, only the per-slot scalars move."""
+  """slots.compact without moving any KV: the pages stay, only the per-slot scalars move (state.pages
+  may be empty: PagedPrograms.compact_paged passes only the per-slot arrays)."""
   pages = state.pages
   new = jax.tree.map(lambda x: x[keep], state._replace(pages=[]))
   return new._replace(pages=pages, done=new.done | ~valid)
@@ -334,14 +335,18 @@ class PagedPrograms:
 
   def compact_paged(self, state, keep, valid):
     """keep, valid (new slots,): global slot numbers (a mesh's shrink keeps each row on its device:
-    continuous.ContinuousEngine._shrink)."""
+    continuous.ContinuousEngine._shrink). Only the per-slot arrays go through the program; the pool is
+    handed on as it is (no copy, nothing donated: the state given stays valid)."""
+    rows = state._replace(pages=[])
+
     def build():
       if self.mesh is None:
-        return jax.jit(compact_paged, donate_argnums=(0,))
-      s_sh = self.state_shardings(state)
-      ins = (s_sh, sh.replicated(self.mesh), sh.replicated(self.mesh))
-      return _HostArgsPlaced(jax.jit(compact_paged, in_shardings=ins, out_shardings=s_sh, donate_argnums=(0,)), ins)
-    return self._jit("compact_paged", self._shapes((state, keep)), build)(state, keep, valid)
+        return jax.jit(compact_paged)
+      r_sh = self._rows(rows)
+      ins = (r_sh, sh.replicated(self.mesh), sh.replicated(self.mesh))
+      return _HostArgsPlaced(jax.jit(compact_paged, in_shardings=ins, out_shardings=r_sh), ins)
+    new = self._jit("compact_paged", self._shapes((rows, keep)), build)(rows, keep, valid)
+    return new._replace(pages=state.pages)
 
   def compile_counts(self) -> dict:
     return dict(self.compiles)

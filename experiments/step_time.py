@@ -107,6 +107,9 @@ def parse_args(argv=None):
   g.add_argument("--program", action="store_true",
                  help="print the table of the program that runs (configs/coding.py, 8 x H100 and v5p-8)")
   g.add_argument("--program-trials", type=int, default=3, help="length draws per call (and per evaluation)")
+  g.add_argument("--kv-layout", choices=("config", "paged", "dense"), default="config",
+                 help="the engine's KV layout: the config's sampling.kv_layout ('auto' is paged), or either")
+  g.add_argument("--page-size", type=int, default=16, help="paged layout: columns a page (the engine's default)")
   g.add_argument("--proposal-bucket", type=int, default=2048, help="proposer prompts' bucket (AZR: ~2,000 tokens)")
   g.add_argument("--solver-bucket", type=int, default=768, help="solver prompts' bucket (AZR: 400-750 tokens)")
   g.add_argument("--h100-mem-fraction", type=float, default=0.75,
@@ -644,12 +647,23 @@ def _host_shares(n: int, hosts: int) -> list[tuple[int, int]]:
   return [(min(h * size, n), min((h + 1) * size, n)) for h in range(hosts)]
 
 
-def simulate_call(cfg, topo, mesh, budget, lengths, buckets, samples, max_new, chunk, round_to: int = 0):
-  """One generate call on one host's engine: cache length, slots, and the simulated run. round_to:
-  the cache length as the longest (bucket + budget) rounded up to this many columns instead of the
-  engine's next power of two (a what-if)."""
+def simulate_call(cfg, topo, mesh, budget, lengths, buckets, samples, max_new, chunk, round_to: int = 0,
+                  page_size: int = 0):
+  """One generate call on one host's engine: cache length (paged: the longest row's need), slots, and
+  the simulated run. round_to: the dense cache length as the longest (bucket + budget) rounded up to
+  this many columns instead of the engine's next power of two (a what-if). page_size > 0: the paged
+  engine (ContinuousEngine.paged_layout's slots and pool from the budget, stm.paged_run)."""
   from compassplay_jax.costs import step_time_model as stm
   need = max(b + m for b, m in zip(buckets, max_new))
+  if page_size:
+    d = mesh.batch_divisor
+    most, per_shard = stm.paged_engine_layout(cfg, budget, page_size, max(buckets), max(max_new), tensor=mesh.tensor,
+                                              batch_divisor=d)
+    slots = stm.call_slots(most, len(lengths), d)
+    per_shard = min(per_shard, slots // d * -(-need // page_size) + 1)  # no more than the slots can hold
+    run = stm.paged_run(lengths, buckets, slots, pages_per_shard=per_shard, page_size=page_size, chunk=chunk,
+                        batch_divisor=d, samples=samples)
+    return need, slots, run
   length = -(-need // round_to) * round_to if round_to else stm.pow2_at_least(need)
   most = stm.engine_slots(cfg, length, budget, max(buckets), tensor=mesh.tensor, batch_divisor=mesh.batch_divisor)
   slots = stm.call_slots(most, len(lengths), mesh.batch_divisor)
@@ -684,6 +698,13 @@ def program_setting(args, config, cfg, topo, hw, eff, plan, rng_seed: int) -> di
   def priced(run):
     return stm.run_seconds(run, cfg, mesh, hw, eff, topo.fixed)
 
+  layout = args.kv_layout if args.kv_layout != "config" else config.sampling.get("kv_layout", "auto")
+  page_size = args.page_size if layout in ("paged", "auto") else 0
+  out["layout"] = "paged" if page_size else "dense"
+
+  def filled_share(run):  # what attention over the filled columns reads, over what the layout reads
+    return 1.0 if run.paged_steps else run.filled_entries / max(run.slot_window_entries, 1)
+
   # Rollouts: each generate call of the step, each host its contiguous share of the prompts; the
   # hosts meet when the call's rows are gathered, so a call takes its slowest host's time.
   parts = {"decode": 0.0, "decode_fixed": 0.0, "sync": 0.0, "prefill": 0.0, "filled_decode": 0.0}
@@ -698,7 +719,7 @@ def program_setting(args, config, cfg, topo, hw, eff, plan, rng_seed: int) -> di
       for _ in range(args.program_trials):
         lengths = stm.lognormal_lengths(rows, args.coding_mean_tokens, args.sigma, cap, rng)
         length, slots, run = simulate_call(cfg, topo, mesh, budget, lengths, [bucket] * rows, call.samples,
-                                           [cap] * rows, chunk)
+                                           [cap] * rows, chunk, page_size=page_size)
         runs.append((length, run))
         secs.append((priced(run), run, slots, length))
       mean = {k: float(np.mean([s[0][k] for s in secs])) for k in parts}
@@ -710,7 +731,7 @@ def program_setting(args, config, cfg, topo, hw, eff, plan, rng_seed: int) -> di
       parts[k] += mean[k]
     out["calls"].append({"label": call.label, "rows": rows, "slots": slots, "cache": length, "bucket": bucket,
                          "steps": run.steps, "chunks": run.chunks, "windows": sorted({w for _, w in run.shape_steps}),
-                         "filled_share": run.filled_entries / max(run.slot_window_entries, 1), **mean})
+                         "preempted": run.preempted, "filled_share": filled_share(run), **mean})
   out["rollout"] = parts
 
   # Verification on the host (as the XLA tables: after decoding, an upper bound).
@@ -768,7 +789,7 @@ def program_setting(args, config, cfg, topo, hw, eff, plan, rng_seed: int) -> di
             stm.greedy_lengths(1, code_mean if kinds[i] == "code" else math_mean, args.sigma, budgets[i], runaway, rng)
             for i in range(start, end)])
         length, slots, run = simulate_call(cfg, topo, mesh, budget, lengths, buckets[start:end], 1,
-                                           budgets[start:end], chunk, round_to)
+                                           budgets[start:end], chunk, round_to, page_size=page_size)
         res.append((priced(run), run, slots, length))
       mean = {k: float(np.mean([s[0][k] for s in res])) for k in res[0][0]}
       total = sum(v for k, v in mean.items() if k != "filled_decode")
@@ -783,7 +804,7 @@ def program_setting(args, config, cfg, topo, hw, eff, plan, rng_seed: int) -> di
   checks = (code_items * args.sandbox_job_s + (len(kinds) - code_items) * args.math_check_s) / workers / topo.hosts
   out["eval"] = {"rows": rows, "slots": slots, "cache": length, "steps": run.steps, "chunks": run.chunks,
                  "windows": sorted({w for _, w in run.shape_steps}), "parts": mean, "checks": checks,
-                 "total": total + checks, "filled_share": run.filled_entries / max(run.slot_window_entries, 1)}
+                 "total": total + checks, "filled_share": filled_share(run), "preempted": run.preempted}
   t, _, _, exact_slots, exact_length, _ = evaluation(args.eval_code_mean, args.eval_math_mean, args.eval_runaway,
                                                      args.program_trials, round_to=1024)
   out["eval_exact"] = {"total": t + checks, "slots": exact_slots, "cache": exact_length}
@@ -823,7 +844,9 @@ def print_program(args, config, cfg, plan, results, topos, eff):
   mins = lambda s: f"{s / 60:.2f}"  # noqa: E731
   secs = lambda s: f"{s:,.1f}"  # noqa: E731
   n = stm.param_count(cfg)
-  print(f"# Step time of the program that runs: {args.coding_config}, {n / 1e9:.2f}B params\n")
+  layout = results[topos[0].key]["layout"]
+  print(f"# Step time of the program that runs: {args.coding_config}, {n / 1e9:.2f}B params, "
+        + (f"paged KV cache (pages of {args.page_size})" if layout == "paged" else "dense KV cache") + "\n")
   print(f"Efficiency: {eff.flops:.0%} of peak FLOP/s, {eff.hbm:.0%} of HBM bandwidth, {eff.link:.0%} of link bandwidth; "
         "a call takes the slowest of the three, plus the fixed costs below.")
   print(f"Rollout lengths: log-normal, mean {args.coding_mean_tokens:.0f} tokens, sigma {args.sigma}, capped at "
@@ -846,11 +869,17 @@ def print_program(args, config, cfg, plan, results, topos, eff):
   row("sampler mesh (chips; slots over, KV heads over) and bf16 weights read per chip per decode step",
       lambda r, t: f"{r['mesh'].devices} ({r['mesh'].batch_divisor}, {r['mesh'].tensor}), "
                    f"{stm.sampler_weight_bytes(cfg, r['mesh']) / 1e9:.2f} GB")
+  paged = results[topos[0].key]["layout"] == "paged"
+  what = "slots, row need, decode steps, chunks, preempted rows per host" if paged else \
+      "slots, cache, decode steps, chunks per host"
+
+  def call_cell(c):
+    return (f"{c['slots']} slots, {c['cache']}, {c['steps']:,} steps, {c['chunks']:,} chunks"
+            + (f", {c['preempted']} preempted" if paged else ""))
   for i, call in enumerate(plan.generate):
-    row(f"rollout: {call.label} ({call.rows} rows; slots, cache, decode steps, chunks per host)",
-        lambda r, t, i=i: f"{r['calls'][i]['slots']} slots, {r['calls'][i]['cache']}, "
-                          f"{r['calls'][i]['steps']:,} steps, {r['calls'][i]['chunks']:,} chunks")
-  row("rollout decode, s (HBM/compute over the windows used)", lambda r, t: secs(r["rollout"]["decode"]))
+    row(f"rollout: {call.label} ({call.rows} rows; {what})", lambda r, t, i=i: call_cell(r["calls"][i]))
+  row("rollout decode, s (HBM/compute: " + ("each step reads its rows' held pages)" if paged else
+                                             "over the windows used)"), lambda r, t: secs(r["rollout"]["decode"]))
   row("rollout decode fixed per step (2 tensor all-reduces x layers + launches), s",
       lambda r, t: secs(r["rollout"]["decode_fixed"]))
   row("rollout host syncs (one per chunk), s", lambda r, t: secs(r["rollout"]["sync"]))
@@ -865,9 +894,8 @@ def print_program(args, config, cfg, plan, results, topos, eff):
       lambda r, t: f"{secs(r['compile'])} ({sum(r['programs'].values())} + {r['update_programs'] + 2} programs)")
   row("other host work (tokenize, pack, gather, metrics; assumed), s", lambda r, t: secs(r["host_other"]))
   row("**step without evaluation, min**", lambda r, t: f"**{mins(r['step'])}**")
-  row("evaluation, one (per host: prompts, slots, cache, decode steps, chunks)",
-      lambda r, t: f"{r['eval']['rows']:,} prompts, {r['eval']['slots']} slots, {r['eval']['cache']}, "
-                   f"{r['eval']['steps']:,} steps, {r['eval']['chunks']:,} chunks")
+  row(f"evaluation, one (per host: prompts, {what})",
+      lambda r, t: f"{r['eval']['rows']:,} prompts, " + call_cell(r["eval"]))
   row("evaluation, one: decode / fixed / syncs / prefill / checks, min",
       lambda r, t: " / ".join(mins(r["eval"]["parts"][k]) for k in ("decode", "decode_fixed", "sync", "prefill"))
       + f" / {mins(r['eval']['checks'])}")
@@ -915,33 +943,38 @@ def program_blockers(results, topos, budget) -> list[str]:
     lines.append(head + (":" if over > 0 else ""))
     if over <= 0:
       continue
-    window = ro["decode"] - ro["filled_decode"]
+    window = ro["decode"] - ro["filled_decode"]  # 0 for the paged layout: it reads held pages only
     parts = [
         (r["eval_per_step"], f"evaluation: {r['evaluations']} evaluations of {r['eval']['total'] / 60:.1f} min "
                              "each, spread over the run"),
         (window, "rollout attention over power-of-two windows sized by the longest live row instead of each "
                  f"row's filled columns (a paged or ragged kernel; windows read {1 / max(min(c['filled_share'] for c in r['calls']), 1e-9):.1f}x"
                  " the filled cache in the worst call)"),
-        (ro["filled_decode"], "rollout decode at the filled-cache floor (weights + filled KV per step)"),
+        (ro["filled_decode"], "rollout decode at the filled-cache floor (weights + filled KV per step)"
+                              + (": the paged engine's decode" if r["layout"] == "paged" else "")),
         (ro["decode_fixed"] + ro["sync"] + ro["prefill"], "rollout fixed costs: per-step all-reduce latency and "
                                                         "launches, per-chunk host syncs, prefill/insert calls"),
         (r["verify"], "verification on the host (overlaps decoding in the loop: an upper bound)"),
         (r["update"] + r["reward"], "update and reward passes"),
         (r["compile"] + r["checkpoint"] + r["host_other"], "compiles, checkpoints, other host work"),
     ]
+    if r["layout"] == "paged":  # no window part: the paged step reads held pages
+      del parts[1]
     for secs, text in sorted(parts, key=lambda x: -x[0]):
       lines.append(f"  - {secs / 60:.2f} min: {text}")
     ev, per = r["eval"], r["evaluations"] / r["steps"]
     exact = r["eval_exact"]
     levers = [
-        ("rollouts and evaluation attend over each row's filled columns (a paged or ragged attention kernel)",
-         window + (ev["parts"]["decode"] - ev["parts"]["filled_decode"]) * per),
-        (f"the evaluation queue's cache at its longest bucket + budget rounded to 1,024 columns ({exact['cache']}) "
-         f"instead of the next power of two ({ev['cache']}): {ev['slots']} -> {exact['slots']} slots",
-         (ev["total"] - exact["total"]) * per),
         ("verification wholly hidden behind decoding (proposals validated on the pool as their rows finish)",
          r["verify"]),
     ]
+    if r["layout"] == "dense":
+      levers[:0] = [
+          ("rollouts and evaluation attend over each row's filled columns (a paged or ragged attention kernel)",
+           window + (ev["parts"]["decode"] - ev["parts"]["filled_decode"]) * per),
+          (f"the evaluation queue's cache at its longest bucket + budget rounded to 1,024 columns ({exact['cache']}) "
+           f"instead of the next power of two ({ev['cache']}): {ev['slots']} -> {exact['slots']} slots",
+           (ev["total"] - exact["total"]) * per)]
     if "one_mesh" in r:
       levers.append(("one sampler mesh over all 8 chips instead of a bf16 copy per host (weights read per chip "
                      "halved; across processes the engine has no such mesh today)", r["step_with_eval"] - r["one_mesh"]))

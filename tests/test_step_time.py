@@ -10,6 +10,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -420,3 +421,45 @@ def test_checkpoint_and_evaluation_counts():
   rng = np.random.default_rng(0)
   assert (stm.greedy_lengths(50, 100.0, 1.0, 700, 1.0, rng) == 700).all()
   assert stm.greedy_lengths(5000, 100.0, 1.0, 10 ** 6, 0.0, rng).max() < 10 ** 6
+
+
+@pytest.mark.parametrize("pages", [200, 30, 20])
+def test_paged_run_is_the_paged_engines_schedule(pages):
+  """stm.paged_run against the real paged engine (tiny model, greedy, no eos: each row runs to its
+  budget): the same decode steps, device calls, preemptions and kept slot steps, with a pool that
+  holds every row (200 pages of 4), and two that preempt (30, 20)."""
+  from compassplay_jax.models.config import ModelConfig
+  from compassplay_jax.models.decoder import init_decoder
+  from compassplay_jax.sampling import SamplingConfig
+  from compassplay_jax.sampling.continuous import ContinuousEngine
+  from compassplay_jax.sampling.rollout_engine import Request
+  from flax import nnx
+  graphdef, params = nnx.split(init_decoder(ModelConfig(vocab_size=61, hidden_size=32, intermediate_size=40), seed=2))
+  rng = np.random.default_rng(3)
+  prompts = [int(x) for x in rng.integers(2, 20, 24)]
+  budgets = [int(x) for x in rng.integers(1, 40, 24)]  # some rows of one token: they end at their insert
+  requests = [Request([int(t) for t in rng.integers(1, 61, p)], max_new_tokens=b) for p, b in zip(prompts, budgets)]
+  engine = ContinuousEngine(graphdef, None, params, slots=6, chunk_tokens=4, kv_layout="paged", page_size=4,
+                            num_pages=pages, shrink_floor=1)
+  res = engine.generate(requests, SamplingConfig(temperature=0.0, max_new_tokens=40, eos_ids=()), 0)
+  assert [len(t) for t in res.tokens] == budgets
+  run = stm.paged_run(budgets, prompts, 6, pages_per_shard=pages, page_size=4, chunk=4, shrink_floor=1)
+  got = (run.steps, run.chunks, run.preempted, run.useful_slot_steps)
+  assert got == (engine.stats.decode_steps, engine.stats.decode_calls, engine.stats.preempted,
+                 engine.stats.useful_slot_steps)
+  assert (run.preempted > 0) == (pages < 200)
+  assert sum(run.paged_steps.values()) == run.steps
+
+
+def test_paged_step_reads_held_pages_not_a_window():
+  """A paged step's bytes: the weight copy plus the columns its rows hold, whatever the window; the
+  dense step of the same slots reads a window per slot."""
+  cfg = types.SimpleNamespace(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                              hidden_size=32, intermediate_size=64, vocab_size=100, tie_word_embeddings=False)
+  mesh = stm.Mesh(devices=1, batch_divisor=1, tensor=1)
+  f0, b0, _ = stm.decode_step_figures(cfg, mesh, 4, 0)
+  f, b, _ = stm.paged_step_figures(cfg, mesh, 4, 96)
+  assert b - b0 == 96 * 2 * 2 * 2 * 8 * 2  # columns x (K, V) x layers x kv heads x head_dim x bf16
+  assert f - f0 == 4 * 4 * 8 * 2 * 96  # q.k and p.v over 96 columns, all heads and layers
+  fd, bd, _ = stm.decode_step_figures(cfg, mesh, 4, 512)
+  assert bd - b0 == 4 * 512 * 2 * 2 * 2 * 8 * 2  # a window of 512 for each of the 4 slots

@@ -16,6 +16,8 @@ paper configs").
   as stated assumptions.
 * The program that runs (experiments/step_time.py --program): `engine_slots` (the continuous engine's
   slot count from its memory budget), `continuous_run` (its chunks, windows and drain, call by call),
+  `paged_engine_layout` / `paged_run` / `paged_step_figures` (the paged engine, the default layout:
+  slots and pool from the budget, admission and preemption by pages, each step reading held pages),
   `sampler_mesh` / `sampler_weight_bytes` (per-host weight copies across processes),
   `decode_step_figures`, `FixedCosts` / `run_seconds` (per-step, per-chunk and per-call costs),
   `rollout_programs` (compile counts), `checkpoint_seconds`, `evaluation_steps`, `greedy_lengths`.
@@ -401,6 +403,21 @@ def engine_slots(cfg, cache_length: int, budget_bytes: float, max_bucket: int, *
   return per_device * batch_divisor
 
 
+def paged_engine_layout(cfg, budget_bytes: float, page_size: int, max_bucket: int, max_new: int, *, tensor: int,
+                        batch_divisor: int, paged_fill: float = 0.5, cache_dtype: str = "bfloat16",
+                        max_prefill_tokens: int = 2048) -> tuple[int, int]:
+  """(most slots over the mesh, pool pages per batch shard with its trash page) of the paged engine
+  (ContinuousEngine.paged_layout with a memory budget): batching.paged_layout_for_budget per device,
+  rows expected to fill paged_fill of their budget."""
+  from compassplay_jax.sampling import batching
+  prefill_rows = batching.pow2_at_most(max(1, max_prefill_tokens // max_bucket))
+  need = max_bucket + max_new
+  local, pages = batching.paged_layout_for_budget(cfg, int(budget_bytes), page_size, cache_dtype, max_bucket,
+                                                  max_bucket + paged_fill * max_new, need, tensor=tensor,
+                                                  prefill_rows=prefill_rows)
+  return local * batch_divisor, pages
+
+
 def pow2_at_least(n: int) -> int:
   return 1 << (max(int(n), 1) - 1).bit_length()
 
@@ -439,6 +456,12 @@ class ContinuousRun:
   inserts: int = 0
   compacts: set = dataclasses.field(default_factory=set)
   useful_slot_steps: int = 0
+  # Paged runs (paged_run): {(slots, columns read per step on the fullest device): steps}; the columns
+  # are the live rows' held pages (page_size each); preempted rows and the decode steps they lost.
+  paged_steps: dict = dataclasses.field(default_factory=dict)
+  preempted: int = 0
+  lost_steps: int = 0
+  table_width: int = 0  # pages per row of the kernels' page table (one per call)
 
 
 def continuous_run(lengths: Sequence[int], buckets: Sequence[int], slots: int, *, cache_length: int, chunk: int = 8,
@@ -521,6 +544,110 @@ def continuous_run(lengths: Sequence[int], buckets: Sequence[int], slots: int, *
     rem, filled = rem[alive], filled[alive]
 
 
+def paged_run(lengths: Sequence[int], buckets: Sequence[int], slots: int, *, pages_per_shard: int, page_size: int,
+              chunk: int = 8, batch_divisor: int = 1, samples: int = 1, shrink_floor: int = 4,
+              max_prefill_tokens: int = 2048) -> ContinuousRun:
+  """The paged engine's schedule (ContinuousEngine._generate_paged) for rows as continuous_run's:
+  * a row holds the pages of the columns it reaches through its next chunk (prompt bucket + tokens +
+    chunk), from its shard's pool (pages_per_shard - 1 usable; the shards taken as an even split of
+    the slots and pages, as continuous_run splits the drain);
+  * admission takes the next row while a free slot's shard has pages for it; before each chunk the
+    live rows grow oldest first and, when pages run short, the youngest is preempted: its pages
+    return, it restarts from its prompt later (its steps so far lost);
+  * a decode step reads each live row's held pages (the gather and the kernels read pages, not a
+    window): paged_steps {(slots, columns read on the fullest device): steps};
+  * the drain shrinks the slots as continuous_run's does.
+  Prompt pages shared by a prompt's samples are counted once per sample (an upper bound on pages)."""
+  if slots < 1 or chunk < 1:
+    raise ValueError(f"slots={slots}, chunk={chunk}: both must be at least 1")
+  lengths = [int(x) for x in lengths]
+  if len(buckets) != len(lengths):
+    raise ValueError(f"{len(buckets)} buckets for {len(lengths)} rows")
+  d = batch_divisor
+  pool = d * (pages_per_shard - 1)
+  pages_of = lambda cols: -(-int(cols) // page_size)
+  run = ContinuousRun(table_width=pages_of(max(int(b) for b in buckets) + max(lengths)))
+  live: list[list[int]] = []  # [row, steps left, columns filled] in admission order (oldest first)
+  queue, q = list(range(len(lengths))), 0
+  requeued: list[int] = []
+  prefilled: set[int] = set()
+  # A row of L tokens after a prompt of P columns, k tokens drawn: f = P + k; it has written f - 1
+  # columns and holds the pages of min(f + chunk, P + L) - 1 (ContinuousEngine._generate_paged's reach).
+  reach = lambda r, f, n: pages_of(min(f + n, int(buckets[r]) + lengths[r]) - 1)
+  held = lambda: sum(reach(r, f, chunk) for r, _, f in live)
+  while True:
+    # Grow the live rows for this chunk; preempt the youngest while short.
+    used = held()
+    while live and used > pool:
+      r, left, _ = live.pop()
+      run.preempted += 1
+      run.lost_steps += lengths[r] - 1 - left
+      run.useful_slot_steps -= lengths[r] - 1 - left
+      requeued.append(r)
+      used = held()
+    admitted = False
+    while True:  # as continuous_run: slots of rows that end at their insert (one token) are refilled
+      free, taken = slots - len(live), []
+      while free > 0 and (requeued or q < len(queue)):
+        r = requeued[-1] if requeued else queue[q]
+        want = reach(r, int(buckets[r]) + 1, chunk)
+        if used + want > pool:
+          break
+        used += want
+        if requeued:
+          requeued.pop()
+        else:
+          q += 1
+        taken.append(r)
+        free -= 1
+      if not taken:
+        break
+      admitted = True
+      new = sorted({r // samples for r in taken} - prefilled)
+      by_bucket: dict[int, int] = {}
+      for p in new:
+        by_bucket[int(buckets[p * samples])] = by_bucket.get(int(buckets[p * samples]), 0) + 1
+      calls = 0
+      for b, count in by_bucket.items():
+        cap = (1 << (max(1, max_prefill_tokens // b).bit_length() - 1)) * d
+        for start in range(0, count, cap):
+          part = min(cap, count - start)
+          run.prefills.append((min(max(d, -(-pow2_at_least(part) // d) * d), cap), b))
+          calls += 1
+      prefilled.update(new)
+      run.inserts += max(calls, 1)
+      live += [[r, lengths[r] - 1, int(buckets[r]) + 1] for r in taken if lengths[r] > 1]
+      if all(lengths[r] > 1 for r in taken):
+        break
+      run.chunks += 1  # the one-token rows end at their insert: their slots free after a 0-step chunk
+      used -= sum(reach(r, int(buckets[r]) + 1, chunk) for r in taken if lengths[r] <= 1)
+    if not live:
+      if q >= len(queue) and not requeued:
+        return run
+      if not admitted:
+        raise ValueError(f"no row fits a pool of {pool} pages of {page_size}")
+      continue
+    waiting = q < len(queue) or bool(requeued)
+    if not waiting:
+      local = slots // d
+      need = max(pow2_at_least(-(-len(live) // d)), shrink_floor)
+      if need < local:
+        run.compacts.add((slots, d * need))
+        slots = d * need
+    lefts = [left for _, left, _ in live]
+    n = int(min(chunk, min(lefts) if waiting else max(lefts)))
+    # Columns read per step on the fullest device: the live rows' pages split evenly over the shards.
+    columns = -(-sum(reach(r, f, n) for r, _, f in live) // d) * page_size
+    key = (slots, columns)
+    run.paged_steps[key] = run.paged_steps.get(key, 0) + n
+    run.steps += n
+    run.chunks += 1
+    steps = [min(left, n) for _, left, _ in live]
+    run.useful_slot_steps += sum(steps)
+    run.filled_entries += sum(k * f + k * (k - 1) // 2 for k, (_, _, f) in zip(steps, live))
+    live = [[r, left - k, f + k] for (r, left, f), k in zip(live, steps) if left - k > 0]
+
+
 @dataclasses.dataclass(frozen=True)
 class Mesh:
   """The devices one generate call runs on (one host's block across processes) and how they split
@@ -572,6 +699,18 @@ def decode_step_figures(cfg, mesh: Mesh, slots: int, window: int, *, weight_item
   return flops, hbm, link
 
 
+def paged_step_figures(cfg, mesh: Mesh, slots: int, columns: int, *, weight_itemsize: int = 2,
+                       cache_itemsize: int = 2) -> tuple[float, float, float]:
+  """(FLOPs, HBM bytes, link bytes) per device of one paged decode step whose fullest device's rows
+  hold `columns` cache columns in pages: the matmuls of `slots` rows as decode_step_figures, the
+  attention over those columns only (per device, not a window per slot)."""
+  f, b, link = decode_step_figures(cfg, mesh, slots, 0, weight_itemsize=weight_itemsize,
+                                   cache_itemsize=cache_itemsize)
+  t = mesh.tensor if mesh.tensor > 1 and cfg.num_attention_heads % mesh.tensor == 0 else 1
+  attn = 4 * cfg.num_attention_heads * cfg.head_dim * cfg.num_hidden_layers * columns / t
+  return f + attn, b + columns * kv_entry_bytes(cfg, mesh, cache_itemsize), link
+
+
 def forward_flops(cfg, rows: int, length: int, *, causal: bool = True) -> float:
   """FLOPs of one forward over rows x length tokens: 2 x matmul_params a token, attention q.k and p.v
   over the causal half (a fused kernel skips the masked blocks) or the whole square."""
@@ -602,9 +741,12 @@ def run_seconds(run: ContinuousRun, cfg, mesh: Mesh, hw: "Hardware", eff: "Effic
   for (slots, window), steps in run.shape_steps.items():
     f, b, link = decode_step_figures(cfg, mesh, slots, window)
     decode += steps * seconds(f, b, link, hw, eff)
+  for (slots, columns), steps in run.paged_steps.items():  # paged: each device reads its rows' pages
+    f, b, link = paged_step_figures(cfg, mesh, slots, columns)
+    decode += steps * seconds(f, b, link, hw, eff)
   # The same steps with attention over the filled columns: cache bytes and attention FLOPs scaled.
   filled_share = run.filled_entries / run.slot_window_entries if run.slot_window_entries else 1.0
-  filled = 0.0
+  filled = decode if run.paged_steps else 0.0  # a paged run reads held pages only: its decode is the floor
   for (slots, window), steps in run.shape_steps.items():
     f, b, link = decode_step_figures(cfg, mesh, slots, window)
     w0 = sampler_weight_bytes(cfg, mesh)
@@ -625,6 +767,8 @@ def rollout_programs(runs: Sequence[tuple[int, ContinuousRun]]) -> dict[str, int
   decode, prefill, compact = set(), set(), set()
   for length, run in runs:
     decode.update((length, s, w) for s, w in run.shape_steps)
+    # paged (the kernels on GPU / TPU): one table width per call, so one decode program per slot count
+    decode.update((length, s, run.table_width) for s, _ in run.paged_steps)
     prefill.update((length, r, b) for r, b in run.prefills)
     compact.update((length,) + c for c in run.compacts)
   return {"decode": len(decode), "prefill": len(prefill), "insert": len(prefill), "compact": len(compact)}

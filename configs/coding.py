@@ -135,7 +135,7 @@ def _demo(config):
   c.induction_inputs = 4
   c.solve_samples = 16  # AZR's n is 8; a 135M solver is right rarely, so more samples find 0 < s < 1
   c.seed_dir = "builtin:demo_seed"  # eight one-line functions (compassplay_jax/data/demo_seed)
-  c.prompt_style = "compact"  # ~120-token prompts instead of AZR's ~480 (selfplay/compact_prompts.py)
+  c.prompt_style = "compact"  # ~120-token prompts instead of AZR's ~480 (settings/coding/compact_prompts.py)
   # A 135M model rarely writes AZR's whole format; scaffolds let it fill in the program, the input
   # and the answer (measured: without them no demo proposal was valid).
   # One-line programs and inputs: the model writes the return expression, then the input.
@@ -179,7 +179,7 @@ def _local_demo(config):
   compassplay_cos_novelty, difficulty) or the sweep's --rewards.
   """
   _demo(config)
-  config.reward.reference = "local"  # selfplay/local_reference.py
+  config.reward.reference = "local"  # settings/coding/local_reference.py
   config.coding.num_references = 1  # the proposer is conditioned on exactly one seed (Lean's conjecturer)
   config.steps = 30  # long enough to see copies rise under plain cos; ~1 min per step on 2 CPU cores
   config.checkpoint.every_steps = 5

@@ -4,7 +4,7 @@ import importlib.util
 import pathlib
 
 from compassplay_jax.domains.coding import buffers, tasks
-from compassplay_jax.selfplay import compact_prompts
+from compassplay_jax.settings.coding import compact_prompts
 from compassplay_jax.settings.coding import setting as coding
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Coding with Lean's local reference (config.reward.reference = "local", selfplay/local_reference.py).
+"""Coding with Lean's local reference (config.reward.reference = "local", settings/coding/local_reference.py).
 
 One step of the tiny coding config (deduction, one seed shown per proposal, cos x novelty) through
 step.run_step with the real sandbox and the real reward stage; the texts are scripted (a
@@ -15,7 +15,8 @@ from flax import nnx
 from compassplay_jax.rewards import novelty
 from compassplay_jax.sampling.generate import GenerationResult
 from compassplay_jax.sampling.prompts import encode_prompts
-from compassplay_jax.selfplay import alignment, compact_prompts, local_reference
+from compassplay_jax.selfplay import alignment
+from compassplay_jax.settings.coding import compact_prompts, local_reference
 from compassplay_jax.selfplay import step as step_lib
 from compassplay_jax.settings.coding.setting import CodingSelfPlay
 from compassplay_jax.selfplay.run import build_model

@@ -1,7 +1,7 @@
 """Proposer and solver prompts for the three AZR coding tasks: AZR's own text (azr_prompts.py).
 
 Styles "plain" (the paper config) and "chat" use these; "compact" (the demo and tiny configs) uses
-selfplay/compact_prompts.py instead, because a 135M model does not follow AZR's long prompts.
+settings/coding/compact_prompts.py instead, because a 135M model does not follow AZR's long prompts.
 `wrap` is AZR's single user turn ending in 'Assistant: <think>' (no system prompt, no chat tokens),
 the same wrapper evaluation uses (evals/prompts.py). Payloads sit in fenced blocks inside <answer>:
 ```python, ```input, ```output, ```message, and ```input_i / ```output_i for induction pairs.

@@ -11,7 +11,7 @@ from compassplay_jax.domains.coding import tasks
 from compassplay_jax.core.errors import InputNotFound
 from compassplay_jax.models.config import ConfigError
 from compassplay_jax.rewards.proposer_rewards import SOAR_UTILITY, uses_cosine
-from compassplay_jax.selfplay import compact_prompts, local_reference
+from compassplay_jax.settings.coding import compact_prompts, local_reference
 from compassplay_jax.settings import DataFile
 
 BUILTIN = "builtin:"

@@ -10,7 +10,8 @@ import numpy as np
 
 from compassplay_jax.infra.metrics import histogram
 from compassplay_jax.rewards import novelty
-from compassplay_jax.selfplay import local_reference, records as records_lib
+from compassplay_jax.selfplay import records as records_lib
+from compassplay_jax.settings.coding import local_reference
 
 
 def step_metrics(setting, plan, verified, scores, solver_rewards: dict, verdicts, tokens: int, times) -> dict[str, Any]:

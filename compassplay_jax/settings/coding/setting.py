@@ -34,11 +34,11 @@ from compassplay_jax.domains.coding.reference_set import reference_problems
 from compassplay_jax.domains.coding.rewards_table import TABLES
 from compassplay_jax.rewards import novelty
 from compassplay_jax.rewards.proposer_rewards import SOAR_UTILITY, uses_cosine
-from compassplay_jax.selfplay import alignment, compact_prompts, local_reference, rollout, sequences, soar_measure
+from compassplay_jax.selfplay import alignment, rollout, sequences, soar_measure
 from compassplay_jax.selfplay import step as step_lib
 from compassplay_jax.selfplay.overlap import BackgroundChecks
 from compassplay_jax.selfplay.rollout import Row, reward_config, split_key, truncate_prompt
-from compassplay_jax.settings.coding import metrics as coding_metrics
+from compassplay_jax.settings.coding import compact_prompts, local_reference, metrics as coding_metrics
 from compassplay_jax.settings.coding.config import seed_dir_path, task_types, validate
 
 FENCE = "```"
@@ -90,7 +90,7 @@ class CodingSelfPlay:
     self.table = TABLES["azr_code"]
     self.reference = None  # the packed reference set a cosine reward compares with (external)
     self._loss_reference = None  # the same set packed for reference_set() when no cosine needs it
-    # reward.reference = "local": g_ref per seed program (selfplay/local_reference.py), no reference set.
+    # reward.reference = "local": g_ref per seed program (settings/coding/local_reference.py), no reference set.
     self.local = config.reward.reference == local_reference.LOCAL
     if uses_cosine(config.reward.name) and not self.local:
       self.reference = self._pack(reference_problems(config.reward))
@@ -318,7 +318,7 @@ class CodingSelfPlay:
     """Each proposal validated in the sandbox; n solver samples per valid one -> its solve rate and the
     solution standing for g(x̃) (the first correct sample; the gold answer when none is, s = 0). The
     references: the external set, or with reward.reference = "local" each needed seed's verified
-    solution (selfplay/local_reference.py)."""
+    solution (settings/coding/local_reference.py)."""
     c = self.config.coding
     opens_think = self.style == "plain"
     candidates, checked = [], CodingChecks()

@@ -92,12 +92,22 @@ def main(argv=None):
   ap.add_argument("--longest", type=float, default=1.0, help="the longest live row's fill (sets the dense window)")
   ap.add_argument("--page-size", type=int, default=16)
   ap.add_argument("--dtype", default="bfloat16", help="compute and cache dtype")
+  ap.add_argument("--tensor-shard", type=int, default=1,
+                  help="price one device of a tensor-parallel mesh: query heads, KV heads (where they divide) and "
+                       "the MLP split this many ways (the hidden size and vocabulary whole: an upper bound)")
+  ap.add_argument("--analytic", action="store_true",
+                  help="also print step_time_model's analytic bytes for the same held pages (paged_step_figures)")
   ap.add_argument("--json", default=None)
   ap.add_argument("--cpu-step", action="store_true", help="time a decode chunk of each layout instead (see above)")
   args = ap.parse_args(argv)
   if args.cpu_step:
     return cpu_step()
   cfg = PAPER_MODELS[args.model].replace(dtype=args.dtype)
+  t = args.tensor_shard
+  if t > 1:  # one device's share of the heads and the MLP (models/layout.py's tensor split)
+    kv = cfg.num_key_value_heads
+    cfg = cfg.replace(num_attention_heads=cfg.num_attention_heads // t, intermediate_size=cfg.intermediate_size // t,
+                      num_key_value_heads=kv // t if kv % t == 0 else kv)
   rows = []
   print("| fill | dense window | live pages (bucket) | dense step GB | paged step GB | paged / dense | "
         "dense cache part GB | paged cache part GB | paged / dense (cache part) |")
@@ -112,6 +122,14 @@ def main(argv=None):
     print(f"| {fill:.0%} | {r['window']} | {r['live_pages']} ({r['pages']}) | {r['dense'] / 1e9:.2f} | "
           f"{r['paged'] / 1e9:.2f} | {r['paged'] / r['dense']:.2f} | {d / 1e9:.2f} | {p / 1e9:.2f} | {p / d:.2f} |",
           flush=True)
+    if args.analytic:  # the step-time model's KV bytes for the same held pages and the same dense window
+      from compassplay_jax.costs import step_time_model as stm
+      import numpy as np
+      one = stm.Mesh(devices=1, batch_divisor=1, tensor=1)
+      entry = stm.kv_entry_bytes(cfg, one, np.dtype(args.dtype).itemsize)
+      held, window = r["live_pages"] * args.page_size * entry, args.slots * r["window"] * entry
+      print(f"|   analytic (step_time_model) | | {r['live_pages']} held | | | | {window / 1e9:.2f} | {held / 1e9:.2f} | "
+            f"{held / window:.2f} |   XLA / analytic: dense {d / window:.2f}x, paged {p / held:.2f}x", flush=True)
   if args.json:
     with open(args.json, "w") as f:
       json.dump(dict(args=vars(args), rows=rows), f, indent=1)

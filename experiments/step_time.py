@@ -110,6 +110,9 @@ def parse_args(argv=None):
   g.add_argument("--kv-layout", choices=("config", "paged", "dense"), default="config",
                  help="the engine's KV layout: the config's sampling.kv_layout ('auto' is paged), or either")
   g.add_argument("--page-size", type=int, default=16, help="paged layout: columns a page (the engine's default)")
+  g.add_argument("--paged-read-factor", type=float, default=1.0,
+                 help="paged layout: KV bytes read per held byte (1: the kernels read each page once; XLA:CPU's "
+                      "cost analysis of the gather counts ~4: bench_paged_bytes.py --analytic)")
   g.add_argument("--proposal-bucket", type=int, default=2048, help="proposer prompts' bucket (AZR: ~2,000 tokens)")
   g.add_argument("--solver-bucket", type=int, default=768, help="solver prompts' bucket (AZR: 400-750 tokens)")
   g.add_argument("--h100-mem-fraction", type=float, default=0.75,
@@ -696,7 +699,7 @@ def program_setting(args, config, cfg, topo, hw, eff, plan, rng_seed: int) -> di
   runs = []  # (cache length, run) for the compile count
 
   def priced(run):
-    return stm.run_seconds(run, cfg, mesh, hw, eff, topo.fixed)
+    return stm.run_seconds(run, cfg, mesh, hw, eff, topo.fixed, paged_kv_read_factor=args.paged_read_factor)
 
   layout = args.kv_layout if args.kv_layout != "config" else config.sampling.get("kv_layout", "auto")
   page_size = args.page_size if layout in ("paged", "auto") else 0

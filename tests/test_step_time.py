@@ -461,5 +461,6 @@ def test_paged_step_reads_held_pages_not_a_window():
   f, b, _ = stm.paged_step_figures(cfg, mesh, 4, 96)
   assert b - b0 == 96 * 2 * 2 * 2 * 8 * 2  # columns x (K, V) x layers x kv heads x head_dim x bf16
   assert f - f0 == 4 * 4 * 8 * 2 * 96  # q.k and p.v over 96 columns, all heads and layers
+  assert stm.paged_step_figures(cfg, mesh, 4, 96, kv_read_factor=4.0)[1] - b0 == 4 * (b - b0)
   fd, bd, _ = stm.decode_step_figures(cfg, mesh, 4, 512)
   assert bd - b0 == 4 * 512 * 2 * 2 * 2 * 8 * 2  # a window of 512 for each of the 4 slots

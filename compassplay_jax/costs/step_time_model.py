@@ -700,15 +700,17 @@ def decode_step_figures(cfg, mesh: Mesh, slots: int, window: int, *, weight_item
 
 
 def paged_step_figures(cfg, mesh: Mesh, slots: int, columns: int, *, weight_itemsize: int = 2,
-                       cache_itemsize: int = 2) -> tuple[float, float, float]:
+                       cache_itemsize: int = 2, kv_read_factor: float = 1.0) -> tuple[float, float, float]:
   """(FLOPs, HBM bytes, link bytes) per device of one paged decode step whose fullest device's rows
   hold `columns` cache columns in pages: the matmuls of `slots` rows as decode_step_figures, the
-  attention over those columns only (per device, not a window per slot)."""
+  attention over those columns only (per device, not a window per slot). kv_read_factor: the KV bytes
+  read per held byte (1: each page read once, as the Pallas kernels do; XLA:CPU's cost analysis of
+  the gather path counts ~4: experiments/bench_paged_bytes.py --analytic)."""
   f, b, link = decode_step_figures(cfg, mesh, slots, 0, weight_itemsize=weight_itemsize,
                                    cache_itemsize=cache_itemsize)
   t = mesh.tensor if mesh.tensor > 1 and cfg.num_attention_heads % mesh.tensor == 0 else 1
   attn = 4 * cfg.num_attention_heads * cfg.head_dim * cfg.num_hidden_layers * columns / t
-  return f + attn, b + columns * kv_entry_bytes(cfg, mesh, cache_itemsize), link
+  return f + attn, b + kv_read_factor * columns * kv_entry_bytes(cfg, mesh, cache_itemsize), link
 
 
 def forward_flops(cfg, rows: int, length: int, *, causal: bool = True) -> float:
@@ -733,7 +735,7 @@ class FixedCosts:
 
 
 def run_seconds(run: ContinuousRun, cfg, mesh: Mesh, hw: "Hardware", eff: "Efficiency", fixed: FixedCosts, *,
-                tensor_collectives: bool = True) -> dict:
+                tensor_collectives: bool = True, paged_kv_read_factor: float = 1.0) -> dict:
   """Seconds of a simulated call by part: decode (the steps at their slot counts and windows),
   decode_fixed (per-step latencies), sync (per chunk), prefill (compute and per call), plus
   'filled' (the decode seconds had attention read only each row's filled columns: a paged kernel)."""
@@ -742,7 +744,7 @@ def run_seconds(run: ContinuousRun, cfg, mesh: Mesh, hw: "Hardware", eff: "Effic
     f, b, link = decode_step_figures(cfg, mesh, slots, window)
     decode += steps * seconds(f, b, link, hw, eff)
   for (slots, columns), steps in run.paged_steps.items():  # paged: each device reads its rows' pages
-    f, b, link = paged_step_figures(cfg, mesh, slots, columns)
+    f, b, link = paged_step_figures(cfg, mesh, slots, columns, kv_read_factor=paged_kv_read_factor)
     decode += steps * seconds(f, b, link, hw, eff)
   # The same steps with attention over the filled columns: cache bytes and attention FLOPs scaled.
   filled_share = run.filled_entries / run.slot_window_entries if run.slot_window_entries else 1.0

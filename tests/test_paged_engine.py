@@ -161,3 +161,22 @@ def test_decode_bytes_scale_with_filled_tokens():
   cache = lambda r, name: r[name] - r["base"]
   assert cache(low, "paged") <= 0.25 * cache(low, "dense")
   assert cache(full, "paged") > 3 * cache(low, "paged")
+
+
+def test_static_batching_over_pages_equals_the_static_engine(rows):
+  """The static path over pages: ContinuousEngine(refill="static", kv_layout="paged") admits a new
+  batch only once every slot is free (static batching), reads pages, and gives the rows of the
+  static engine (StaticEngine: the `generate` sampler, dense micro-batches), preemptions included."""
+  from compassplay_jax.sampling.static_engine import StaticEngine
+  _, _, _, _, (graphdef, params, requests, config, key) = rows
+  want = StaticEngine(graphdef, _Letters(), params).generate(requests, config, key)
+  engine = ContinuousEngine(graphdef, _Letters(), params, slots=4, chunk_tokens=4, refill="static", kv_layout="paged",
+                            page_size=4, num_pages=16)
+  got = engine.generate(requests, config, key)
+  for r in range(len(want)):
+    np.testing.assert_array_equal(got.tokens[r], want.tokens[r], err_msg=f"row {r}")
+    np.testing.assert_allclose(got.logprobs[r], want.logprobs[r], atol=1e-5)
+  assert got.finish_reasons == want.finish_reasons and got.texts == want.texts
+  assert engine.stats.pages == 15 and engine.pool.free == engine.pool.capacity
+  # Static batching: a batch's slots wait for its longest row, so slot-steps exceed the useful ones.
+  assert engine.stats.slot_steps > engine.stats.useful_slot_steps

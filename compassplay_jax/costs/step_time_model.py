@@ -464,6 +464,36 @@ class ContinuousRun:
   table_width: int = 0  # pages per row of the kernels' page table (one per call)
 
 
+def _drain_shrink(run: ContinuousRun, slots: int, live: int, d: int, shrink_floor: int) -> int:
+  """The drain's shrink (ContinuousEngine._shrink): divisor x the power of two holding the live rows
+  of a shard (an even split), at least shrink_floor a shard; the move is recorded as a compact."""
+  need = max(pow2_at_least(-(-live // d)), shrink_floor)
+  if need < slots // d:
+    run.compacts.add((slots, d * need))
+    return d * need
+  return slots
+
+
+def _admission_calls(run: ContinuousRun, taken, buckets, samples: int, prefilled: set, d: int,
+                     max_prefill_tokens: int) -> None:
+  """One admission's device calls (both engines): the new prompts among the taken rows prefilled
+  together per bucket, at most prefill_rows_cap rows a call (padded to a power of two times the
+  divisor), then one insert per prefill the rows come from."""
+  new = sorted({r // samples for r in taken} - prefilled)
+  by_bucket: dict[int, int] = {}
+  for p in new:
+    by_bucket[int(buckets[p * samples])] = by_bucket.get(int(buckets[p * samples]), 0) + 1
+  calls = 0
+  for b, count in by_bucket.items():
+    cap = (1 << (max(1, max_prefill_tokens // b).bit_length() - 1)) * d
+    for start in range(0, count, cap):
+      part = min(cap, count - start)
+      run.prefills.append((min(max(d, -(-pow2_at_least(part) // d) * d), cap), b))
+      calls += 1
+  prefilled.update(new)
+  run.inserts += max(calls, 1)
+
+
 def continuous_run(lengths: Sequence[int], buckets: Sequence[int], slots: int, *, cache_length: int, chunk: int = 8,
                    batch_divisor: int = 1, samples: int = 1, shrink_floor: int = 4,
                    max_prefill_tokens: int = 2048) -> ContinuousRun:
@@ -496,19 +526,7 @@ def continuous_run(lengths: Sequence[int], buckets: Sequence[int], slots: int, *
     while free > 0 and q < len(queue):
       taken = queue[q:q + free]
       q += len(taken)
-      new = sorted({r // samples for r in taken} - prefilled)
-      by_bucket: dict[int, int] = {}
-      for p in new:
-        by_bucket[int(buckets[p * samples])] = by_bucket.get(int(buckets[p * samples]), 0) + 1
-      calls = 0
-      for b, count in by_bucket.items():
-        cap = (1 << (max(1, max_prefill_tokens // b).bit_length() - 1)) * d
-        for start in range(0, count, cap):
-          part = min(cap, count - start)
-          run.prefills.append((min(max(d, -(-pow2_at_least(part) // d) * d), cap), b))
-          calls += 1
-      prefilled.update(new)
-      run.inserts += max(calls, 1)
+      _admission_calls(run, taken, buckets, samples, prefilled, d, max_prefill_tokens)
       keep = [r for r in taken if lengths[r] > 1]
       if len(keep) < len(taken):  # a row of one token ends at its insert: its slot frees after a 0-step chunk
         run.chunks += 1
@@ -521,11 +539,7 @@ def continuous_run(lengths: Sequence[int], buckets: Sequence[int], slots: int, *
       continue
     waiting = q < len(queue)
     if not waiting:
-      local = slots // d
-      need = max(pow2_at_least(-(-len(rem) // d)), shrink_floor)
-      if need < local:
-        run.compacts.add((slots, d * need))
-        slots = d * need
+      slots = _drain_shrink(run, slots, len(rem), d, shrink_floor)
     n = int(min(chunk, rem.min() if waiting else rem.max()))
     reach = int(filled.max()) + chunk
     window = min(w for w in wins if w >= min(reach, cache_length))
@@ -603,19 +617,7 @@ def paged_run(lengths: Sequence[int], buckets: Sequence[int], slots: int, *, pag
       if not taken:
         break
       admitted = True
-      new = sorted({r // samples for r in taken} - prefilled)
-      by_bucket: dict[int, int] = {}
-      for p in new:
-        by_bucket[int(buckets[p * samples])] = by_bucket.get(int(buckets[p * samples]), 0) + 1
-      calls = 0
-      for b, count in by_bucket.items():
-        cap = (1 << (max(1, max_prefill_tokens // b).bit_length() - 1)) * d
-        for start in range(0, count, cap):
-          part = min(cap, count - start)
-          run.prefills.append((min(max(d, -(-pow2_at_least(part) // d) * d), cap), b))
-          calls += 1
-      prefilled.update(new)
-      run.inserts += max(calls, 1)
+      _admission_calls(run, taken, buckets, samples, prefilled, d, max_prefill_tokens)
       live += [[r, lengths[r] - 1, int(buckets[r]) + 1] for r in taken if lengths[r] > 1]
       if all(lengths[r] > 1 for r in taken):
         break
@@ -629,11 +631,7 @@ def paged_run(lengths: Sequence[int], buckets: Sequence[int], slots: int, *, pag
       continue
     waiting = q < len(queue) or bool(requeued)
     if not waiting:
-      local = slots // d
-      need = max(pow2_at_least(-(-len(live) // d)), shrink_floor)
-      if need < local:
-        run.compacts.add((slots, d * need))
-        slots = d * need
+      slots = _drain_shrink(run, slots, len(live), d, shrink_floor)
     lefts = [left for _, left, _ in live]
     n = int(min(chunk, min(lefts) if waiting else max(lefts)))
     # Columns read per step on the fullest device: the live rows' pages split evenly over the shards.

@@ -660,10 +660,8 @@ def simulate_call(cfg, topo, mesh, budget, lengths, buckets, samples, max_new, c
   need = max(b + m for b, m in zip(buckets, max_new))
   if page_size:
     d = mesh.batch_divisor
-    most, per_shard = stm.paged_engine_layout(cfg, budget, page_size, max(buckets), max(max_new), tensor=mesh.tensor,
-                                              batch_divisor=d)
-    slots = stm.call_slots(most, len(lengths), d)
-    per_shard = min(per_shard, slots // d * -(-need // page_size) + 1)  # no more than the slots can hold
+    slots, per_shard = stm.paged_engine_layout(cfg, budget, page_size, max(buckets), max(max_new), tensor=mesh.tensor,
+                                               batch_divisor=d, rows=len(lengths))
     run = stm.paged_run(lengths, buckets, slots, pages_per_shard=per_shard, page_size=page_size, chunk=chunk,
                         batch_divisor=d, samples=samples)
     return need, slots, run

@@ -404,18 +404,23 @@ def engine_slots(cfg, cache_length: int, budget_bytes: float, max_bucket: int, *
 
 
 def paged_engine_layout(cfg, budget_bytes: float, page_size: int, max_bucket: int, max_new: int, *, tensor: int,
-                        batch_divisor: int, paged_fill: float = 0.5, cache_dtype: str = "bfloat16",
-                        max_prefill_tokens: int = 2048) -> tuple[int, int]:
-  """(most slots over the mesh, pool pages per batch shard with its trash page) of the paged engine
+                        batch_divisor: int, rows: int | None = None, paged_fill: float = 0.5,
+                        cache_dtype: str = "bfloat16", max_prefill_tokens: int = 2048) -> tuple[int, int]:
+  """(slots over the mesh, pool pages per batch shard with its trash page) of the paged engine
   (ContinuousEngine.paged_layout with a memory budget): batching.paged_layout_for_budget per device,
-  rows expected to fill paged_fill of their budget."""
+  rows expected to fill paged_fill of their budget; for a call of `rows` rows (None: the most the
+  budget allows), at most its rows rounded up (call_slots) and no more pages than those slots hold."""
   from compassplay_jax.sampling import batching
   prefill_rows = batching.pow2_at_most(max(1, max_prefill_tokens // max_bucket))
   need = max_bucket + max_new
   local, pages = batching.paged_layout_for_budget(cfg, int(budget_bytes), page_size, cache_dtype, max_bucket,
                                                   max_bucket + paged_fill * max_new, need, tensor=tensor,
                                                   prefill_rows=prefill_rows)
-  return local * batch_divisor, pages
+  slots = local * batch_divisor
+  if rows is None:
+    return slots, pages
+  slots = call_slots(slots, rows, batch_divisor)
+  return slots, min(pages, slots // batch_divisor * -(-need // page_size) + 1)
 
 
 def pow2_at_least(n: int) -> int:

@@ -530,9 +530,7 @@ class ContinuousEngine(RolloutEngine):
           in_taken = collections.Counter(rows[r].request for r in taken)
 
           def copies(handle, entries, plan=plan):
-            size = len(in_slot) * (handle.prefix.cache[0].k.shape[1] // ps + 2)
-            out = paged_slots.Copies(np.zeros(size, np.int32), np.zeros(size, np.int32), np.zeros(size, np.int32),
-                                     np.int32(0))
+            out = paged_slots.Copies.empty(len(in_slot), handle.prefix.cache[0].k.shape[1], ps)
             k = 0
             for b, r in entries:
               prefix_row = prefilled[rows[r].request][1]
@@ -726,8 +724,7 @@ class ContinuousEngine(RolloutEngine):
             self.graphdef, self.params, np.full((p, bucket), pad_id, np.int32), np.ones((p, bucket), np.int32),
             np.zeros((p,), np.int32), key, n_samples=config.n_samples, sampler=config.sampler,
             cache_dtype=self.cache_dtype)
-        size = slots * (prefix.cache[0].k.shape[1] // ps + 2)  # as _generate_paged's copies
-        none = paged_slots.Copies(*(np.zeros(size, np.int32) for _ in range(3)), np.int32(0))
+        none = paged_slots.Copies.empty(slots, prefix.cache[0].k.shape[1], ps)
         state = self.paged_programs.insert_paged(state, prefix, self.programs.admit_arrays(slots), none, key,
                                                  eos_ids=eos_ids)
     row_pages, per_shard = pages_lib.pages_for(need, ps), num_pages // d

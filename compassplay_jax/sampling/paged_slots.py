@@ -68,6 +68,13 @@ class Copies(NamedTuple):
   col: np.ndarray     # (C,) int32 its first prefix column (first_col + j * page_size)
   count: np.ndarray   # () int32
 
+  @staticmethod
+  def empty(slots: int, prefix_columns: int, page_size: int) -> "Copies":
+    """No copies, at the fixed length an insert into `slots` slots from a prefix of `prefix_columns`
+    columns uses (every slot's prompt pages, a partial one at each end)."""
+    size = slots * (prefix_columns // page_size + 2)
+    return Copies(np.zeros(size, np.int32), np.zeros(size, np.int32), np.zeros(size, np.int32), np.int32(0))
+
 
 def init_paged(key, *, cfg: ModelConfig, slots: int, num_pages: int, page_size: int, chunk: int,
                cache_dtype: str) -> PagedState:
@@ -266,12 +273,9 @@ class PagedPrograms:
   # ---- layouts (a mesh only) ---------------------------------------------------------------------
 
   def _rows(self, tree):
-    """Leading dim over (data, fsdp) (where it divides), scalars replicated."""
-    def one(x):
-      shape = tuple(getattr(x, "shape", ()))
-      return sh.replicated(self.mesh) if not shape else NamedSharding(
-          self.mesh, sh.fit_spec(P(BATCH_AXES), shape, self.mesh))
-    return jax.tree.map(one, tree)
+    """Per-slot arrays: leading dim over (data, fsdp) where it divides, scalars replicated (the dense
+    state's layout, sharding.decode_state_shardings; no leaf here is a 4-D cache)."""
+    return sh.decode_state_shardings(self.mesh, tree)
 
   def _repl(self, tree):
     return jax.tree.map(lambda _: sh.replicated(self.mesh), tree)
